@@ -1,0 +1,96 @@
+import json
+
+import miditoolkit
+import pytest
+
+from tokenization import BaseTokenizer, TokenizationError, Vocab, load_midi
+
+
+class PitchTokenizer(BaseTokenizer):
+    """A minimal format: one token per note, by pitch, in onset order."""
+
+    def _build_vocab_tokens(self):
+        return [f"Pitch_{p}" for p in range(128)]
+
+    def _encode_midi(self, midi):
+        notes = sorted((n for inst in midi.instruments for n in inst.notes), key=lambda n: (n.start, n.pitch))
+        return [f"Pitch_{n.pitch}" for n in notes]
+
+    def _decode_tokens(self, tokens):
+        midi = miditoolkit.MidiFile()
+        inst = miditoolkit.Instrument(program=0)
+        skipped = 0
+        for i, tok in enumerate(tokens):
+            if not tok.startswith("Pitch_"):
+                skipped += 1
+                continue
+            inst.notes.append(miditoolkit.Note(velocity=64, pitch=int(tok[6:]), start=i * 480, end=(i + 1) * 480))
+        midi.instruments.append(inst)
+        return midi, skipped
+
+
+def test_vocab_rejects_duplicates_and_unknown():
+    with pytest.raises(ValueError, match="duplicate"):
+        Vocab(["A_1", "A_1"])
+    vocab = Vocab(["A_1", "B_2"])
+    with pytest.raises(KeyError):
+        vocab["C_3"]
+    with pytest.raises(IndexError):
+        vocab.token(2)
+    assert vocab.by_type("B") == [1]
+
+
+def test_encode_decode_and_specials(chorale_midi):
+    tok = PitchTokenizer()
+    assert tok.vocab.tokens[:2] == ["PAD_None", "EOS_None"]
+    assert (tok.pad_id, tok.eos_id, tok.vocab_size) == (0, 1, 130)
+    ids = tok.encode(chorale_midi)
+    midi = miditoolkit.MidiFile(str(chorale_midi))
+    assert len(ids) == sum(len(i.notes) for i in midi.instruments)
+    assert tok.encode(chorale_midi.read_bytes()) == ids
+    assert tok.encode(midi) == ids
+    report = tok.decode_with_report(ids + [tok.eos_id, 10_000, -1])
+    assert report.skipped == 3
+    assert [n.pitch for n in report.music.instruments[0].notes] == [int(s[6:]) for s in tok.tokens_to_strings(ids)]
+
+
+def test_json_round_trip(tmp_path):
+    tok = PitchTokenizer()
+    tok.save_vocab(tmp_path / "vocab.json")
+    again = BaseTokenizer.load(tmp_path / "vocab.json")
+    assert isinstance(again, PitchTokenizer) and again.vocab.tokens == tok.vocab.tokens
+    data = json.loads((tmp_path / "vocab.json").read_text())
+    data["vocab"] = data["vocab"][:-1]
+    with pytest.raises(ValueError, match="does not match"):
+        BaseTokenizer.from_dict(data)
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        BaseTokenizer.from_dict({"tokenizer": "Nope"})
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [(b"", "empty file"), (b"hello world", "not a MIDI file"), (None, "truncated")],
+)
+def test_bad_files_raise_one_error_type(tmp_path, chorale_midi, content, reason):
+    path = tmp_path / "bad.mid"
+    path.write_bytes(chorale_midi.read_bytes()[:40] if content is None else content)
+    with pytest.raises(TokenizationError, match=reason) as info:
+        PitchTokenizer().encode(path)
+    assert str(path) in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_missing_and_noteless_files(tmp_path):
+    with pytest.raises(TokenizationError, match="no such file"):
+        load_midi(tmp_path / "missing.mid")
+    empty = miditoolkit.MidiFile()
+    empty.instruments.append(miditoolkit.Instrument(program=0))
+    empty.dump(str(tmp_path / "silent.mid"))
+    with pytest.raises(TokenizationError, match="no notes"):
+        PitchTokenizer().encode(tmp_path / "silent.mid")
+
+
+def test_folder_run_reports_bad_files_and_continues(midi_folder):
+    report = PitchTokenizer().encode_folder(midi_folder, progress=False)
+    assert len(report.encoded) == 4
+    assert {p.name for p in report.failed} == {"empty.mid", "not_midi.mid"}

@@ -1,0 +1,208 @@
+"""The base tokenizer: vocabulary, special tokens, encode/decode, JSON round trip, folder runs.
+
+A format (``remi.REMITokenizer``, ``groove.GrooveTokenizer``) subclasses :class:`BaseTokenizer` and
+implements three hooks:
+
+* ``_build_vocab_tokens()`` -> the format's tokens (``Type_Value`` strings), specials excluded;
+* ``_encode_midi(midi)`` -> token strings for one ``miditoolkit.MidiFile``;
+* ``_decode_tokens(tokens)`` -> ``(music_object, skipped)`` where ``skipped`` counts invalid events.
+
+It may override ``_load(source)`` to accept more input types, ``special_tokens`` and ``config()`` (the
+constructor keyword arguments, saved with the vocabulary so a checkpoint can rebuild the tokenizer).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Sequence
+
+import miditoolkit
+from tqdm.auto import tqdm
+
+from tokenization.errors import TokenizationError
+from tokenization.midi_io import load_midi, source_name
+
+logger = logging.getLogger(__name__)
+
+MIDI_SUFFIXES = (".mid", ".midi", ".MID", ".MIDI")
+
+
+class Vocab:
+    """A bijection between token strings and ids (ids are positions in ``tokens``)."""
+
+    def __init__(self, tokens: Sequence[str]):
+        self.tokens: list[str] = list(tokens)
+        self.ids: dict[str, int] = {tok: i for i, tok in enumerate(self.tokens)}
+        if len(self.ids) != len(self.tokens):
+            dupes = sorted({t for t in self.tokens if self.tokens.count(t) > 1})
+            raise ValueError(f"duplicate tokens in vocabulary: {dupes[:5]}")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self.ids
+
+    def __getitem__(self, token: str) -> int:
+        try:
+            return self.ids[token]
+        except KeyError:
+            raise KeyError(f"token {token!r} is not in the vocabulary") from None
+
+    def token(self, idx: int) -> str:
+        if not 0 <= idx < len(self.tokens):
+            raise IndexError(f"token id {idx} outside the vocabulary (size {len(self.tokens)})")
+        return self.tokens[idx]
+
+    def by_type(self, token_type: str) -> list[int]:
+        """Ids of all tokens ``<token_type>_<value>``."""
+        prefix = token_type + "_"
+        return [i for i, t in enumerate(self.tokens) if t.startswith(prefix)]
+
+
+@dataclass
+class DecodeReport:
+    """What ``decode`` made of an id sequence."""
+
+    music: Any  # the decoded piece (miditoolkit.MidiFile for REMI, muspy.Music for groove)
+    skipped: int  # invalid or out-of-vocabulary events that were skipped
+
+
+@dataclass
+class FolderReport:
+    """Result of tokenising every MIDI file below a folder."""
+
+    encoded: dict[Path, list[int]] = field(default_factory=dict)  # file -> token ids
+    failed: dict[Path, str] = field(default_factory=dict)  # file -> reason it was skipped
+
+
+class BaseTokenizer(ABC):
+    """Owns the vocabulary and the encode/decode plumbing; subclasses implement the format."""
+
+    special_tokens: ClassVar[tuple[str, ...]] = ("PAD_None", "EOS_None")
+    registry: ClassVar[dict[str, type["BaseTokenizer"]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        BaseTokenizer.registry[cls.__name__] = cls
+
+    def __init__(self) -> None:
+        self.vocab = Vocab(list(self.special_tokens) + list(self._build_vocab_tokens()))
+
+    # ----------------------------------------------------------------- hooks
+    @abstractmethod
+    def _build_vocab_tokens(self) -> list[str]:
+        """The format's tokens, special tokens excluded."""
+
+    @abstractmethod
+    def _encode_midi(self, midi: miditoolkit.MidiFile) -> list[str]:
+        """Token strings for one MIDI file (raise TokenizationError with a reason on bad content)."""
+
+    @abstractmethod
+    def _decode_tokens(self, tokens: list[str]) -> tuple[Any, int]:
+        """``(piece, skipped)`` for a list of token strings; never raises on invalid sequences."""
+
+    def _load(self, source: Any) -> miditoolkit.MidiFile:
+        return load_midi(source)
+
+    def config(self) -> dict[str, Any]:
+        """Constructor keyword arguments that rebuild this tokenizer."""
+        return {}
+
+    # ------------------------------------------------------------ properties
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def pad_id(self) -> int:
+        return self.vocab[self.special_tokens[0]]
+
+    @property
+    def eos_id(self) -> int:
+        return self.vocab[self.special_tokens[-1]]
+
+    # -------------------------------------------------------- encode/decode
+    def encode(self, source: Any) -> list[int]:
+        """Token ids of a piece given as a path, bytes or an in-memory MIDI object."""
+        name = source_name(source)
+        midi = self._load(source)
+        if not any(inst.notes for inst in midi.instruments):
+            raise TokenizationError(name, "no notes")
+        try:
+            tokens = self._encode_midi(midi)
+        except TokenizationError as err:
+            if err.source == name:
+                raise
+            raise TokenizationError(name, err.reason) from err
+        return self.strings_to_ids(tokens)
+
+    def decode(self, ids: Iterable[int]) -> Any:
+        """The piece an id sequence describes; invalid events are skipped (see ``decode_with_report``)."""
+        return self.decode_with_report(ids).music
+
+    def decode_with_report(self, ids: Iterable[int]) -> DecodeReport:
+        strings, unknown = [], 0
+        for idx in ids:
+            idx = int(idx)
+            if 0 <= idx < len(self.vocab):
+                strings.append(self.vocab.tokens[idx])
+            else:
+                unknown += 1
+        music, skipped = self._decode_tokens(strings)
+        if unknown + skipped:
+            logger.debug("decode skipped %d invalid events", unknown + skipped)
+        return DecodeReport(music=music, skipped=unknown + skipped)
+
+    def tokens_to_strings(self, ids: Iterable[int]) -> list[str]:
+        return [self.vocab.token(int(i)) for i in ids]
+
+    def strings_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        return [self.vocab[t] for t in tokens]
+
+    # ---------------------------------------------------------- persistence
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokenizer": type(self).__name__, "config": self.config(), "vocab": self.vocab.tokens}
+
+    def save_vocab(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> "BaseTokenizer":
+        """Rebuild a tokenizer saved by ``to_dict``; refuses a vocabulary that does not match."""
+        name = data.get("tokenizer")
+        if name not in BaseTokenizer.registry:
+            raise ValueError(f"unknown tokenizer {name!r} (known: {sorted(BaseTokenizer.registry)})")
+        tok = BaseTokenizer.registry[name](**data.get("config", {}))
+        if tok.vocab.tokens != list(data.get("vocab", [])):
+            raise ValueError(f"saved {name} vocabulary does not match this version's vocabulary")
+        return tok
+
+    @staticmethod
+    def load(path: str | Path) -> "BaseTokenizer":
+        return BaseTokenizer.from_dict(json.loads(Path(path).read_text()))
+
+    # -------------------------------------------------------------- folders
+    def encode_folder(self, folder: str | Path, progress: bool = True) -> FolderReport:
+        """Encode every MIDI file below ``folder``; bad files are reported and skipped."""
+        root = Path(folder)
+        if not root.is_dir():
+            raise TokenizationError(str(root), "not a directory")
+        files = sorted(p for p in root.rglob("*") if p.suffix in MIDI_SUFFIXES and p.is_file())
+        report = FolderReport()
+        for path in tqdm(files, desc=f"tokenising {root.name}", unit="file", disable=not progress):
+            try:
+                report.encoded[path] = self.encode(path)
+            except TokenizationError as err:
+                report.failed[path] = err.reason
+                logger.warning("skipped %s", err)
+        if report.failed:
+            logger.warning("%d of %d files skipped", len(report.failed), len(files))
+        return report
