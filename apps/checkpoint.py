@@ -1,0 +1,308 @@
+"""Checkpoints without pickle: safetensors for tensors, JSON for everything else.
+
+    run_dir/checkpoints/step_000500/
+        model.safetensors       weights (model.state_dict(), FAVOR+ feature buffers included)
+        optimizer.safetensors   optimizer state tensors, flattened as "state.<param index>.<name>"
+        rng.safetensors         tensor RNG states of every process, "<rank>.<name>"
+        meta.json               step, epoch, resolved config, tokenizer, scheduler, optimizer
+                                structure, JSON RNG states, model class and parameter count
+    run_dir/checkpoints/latest  text file naming the newest checkpoint directory
+
+A checkpoint is written under a temporary name and renamed when complete, so a crash never leaves
+a half-written one behind `latest`.
+
+    save_checkpoint(run_dir, model=..., tokenizer=..., config=..., step=..., optimizer=...)
+    ckpt = load_checkpoint(run_dir_or_checkpoint_dir, device="cpu")   # model + tokenizer rebuilt
+    state = restore_training(path, model, optimizer)                    # resume into live objects
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from apps.config import RunConfig
+from model import MusicPerformer
+from tokenization import BaseTokenizer
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+TOKENIZER_MODULES = ("remi", "groove")  # imported so that BaseTokenizer.from_dict knows the formats
+
+RngState = dict[str, Any]  # one process's RNG states: name -> uint8 tensor or JSON-able value
+
+
+@dataclass
+class Checkpoint:
+    model: MusicPerformer  # rebuilt from the config, weights loaded, in eval mode
+    tokenizer: BaseTokenizer  # rebuilt from its saved dict
+    config: RunConfig  # the resolved config of the run
+    step: int  # optimisation steps done when it was saved
+    meta: dict[str, Any]  # the whole meta.json
+    path: Path  # the checkpoint directory
+
+
+@dataclass
+class TrainingState:
+    step: int  # optimisation steps done
+    epoch: int  # data epoch in progress
+    scheduler: dict[str, Any]  # learning-rate schedule state
+    extra: dict[str, Any]  # training-loop state saved by the caller (e.g. data position)
+    rng: list[RngState]  # RNG states, one per process (rank order)
+    meta: dict[str, Any]  # the whole meta.json
+
+
+# ------------------------------------------------------------------------------------ saving
+def save_checkpoint(run_dir: str | Path, *, model: torch.nn.Module, tokenizer: BaseTokenizer,
+                    config: RunConfig, step: int, epoch: int = 0,
+                    optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                    rng: list[RngState] | None = None, keep: int = 0) -> Path:
+    """Write run_dir/checkpoints/step_<step>/ atomically, point `latest` at it, keep the newest
+    `keep` checkpoints (0: all). Returns the checkpoint directory."""
+    folder = Path(run_dir) / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:06d}"
+    tmp = folder / f".tmp_{name}_{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+
+    save_file(_cpu_tensors(model.state_dict()), str(tmp / "model.safetensors"))
+    meta: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "epoch": epoch,
+        "config": config.to_dict(),
+        "tokenizer": tokenizer.to_dict(),
+        "scheduler": scheduler or {},
+        "extra": extra or {},
+        "model_class": type(model).__name__,
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "torch_version": torch.__version__,
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    if optimizer is not None:
+        tensors, meta["optimizer"] = _flatten_optimizer(optimizer.state_dict())
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+    if rng is not None:
+        tensors, meta["rng"] = _split_rng(rng)
+        save_file(tensors, str(tmp / "rng.safetensors"))
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+
+    final = folder / name
+    if final.exists():  # re-saving a step (e.g. after a resume): swap, then drop the old one
+        old = folder / f".old_{name}_{os.getpid()}"
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(final)
+    pointer = folder / f".latest_{os.getpid()}"
+    pointer.write_text(name + "\n")
+    os.replace(pointer, folder / "latest")
+    if keep > 0:
+        for stale in [p for p in list_checkpoints(run_dir) if p != final][:-(keep - 1) or None]:
+            shutil.rmtree(stale)
+    logger.info("saved checkpoint %s", final)
+    return final
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoint directories of a run, oldest first."""
+    folder = Path(run_dir) / "checkpoints"
+    found = [p for p in folder.glob("step_*") if (p / "meta.json").is_file()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("step_")))
+
+
+def _cpu_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached, contiguous CPU copies (safetensors refuses shared or strided storage)."""
+    return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()}
+
+
+def _flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """torch.optim state_dict -> ({"state.<i>.<name>": tensor}, JSON structure of the rest)."""
+    tensors, scalars = {}, {}
+    for index, values in state_dict["state"].items():
+        for key, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{index}.{key}"] = value
+            else:
+                scalars.setdefault(str(index), {})[key] = value
+    groups = [{k: list(v) if isinstance(v, tuple) else v for k, v in group.items()}
+              for group in state_dict["param_groups"]]
+    tuple_keys = sorted({k for group in state_dict["param_groups"] for k, v in group.items()
+                         if isinstance(v, tuple)})
+    structure = {"param_groups": groups, "scalars": scalars, "tuple_keys": tuple_keys}
+    return _cpu_tensors(tensors), structure
+
+
+def _split_rng(states: list[RngState]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    tensors, values = {}, []
+    for rank, state in enumerate(states):
+        values.append({})
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{rank}.{key}"] = value
+            else:
+                values[rank][key] = value
+    return _cpu_tensors(tensors), values
+
+
+# ----------------------------------------------------------------------------------- loading
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The checkpoint directory named by `path`: a checkpoint, a run dir, or its checkpoints/."""
+    path = Path(path)
+    if (path / "meta.json").is_file():
+        return path
+    for folder in (path / "checkpoints", path):
+        pointer = folder / "latest"
+        if pointer.is_file():
+            target = folder / pointer.read_text().strip()
+            if not (target / "meta.json").is_file():
+                raise ValueError(f"{pointer} names {target.name}, which is not a complete checkpoint")
+            return target
+    raise ValueError(f"no checkpoint found at {path} (expected a run directory or a checkpoint "
+                     f"directory with meta.json)")
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """meta.json of a checkpoint (path resolved as in `resolve_checkpoint`)."""
+    folder = resolve_checkpoint(path)
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{folder}/meta.json is unreadable: {error}") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{folder}: unsupported checkpoint format {meta.get('format_version')!r}")
+    return meta
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    """Rebuild the model (eval mode, on `device`) and tokenizer of a run dir or checkpoint dir."""
+    folder = resolve_checkpoint(path)
+    meta = read_meta(folder)
+    config = RunConfig.from_dict(meta["config"], source=f"{folder}/meta.json")
+    tokenizer = load_tokenizer(meta["tokenizer"])
+    model = MusicPerformer(config.model_config(tokenizer.vocab_size))
+    load_weights(folder, model)
+    model.to(device).eval()
+    return Checkpoint(model=model, tokenizer=tokenizer, config=config, step=int(meta["step"]),
+                      meta=meta, path=folder)
+
+
+def load_tokenizer(data: dict[str, Any]) -> BaseTokenizer:
+    """BaseTokenizer.from_dict once the known formats are registered."""
+    for module in TOKENIZER_MODULES:
+        importlib.import_module(module)
+    return BaseTokenizer.from_dict(data)
+
+
+def load_weights(path: str | Path, model: torch.nn.Module) -> None:
+    """Load model.safetensors into `model`; a clear ValueError if names or shapes differ."""
+    folder = resolve_checkpoint(path)
+    weights = _read_tensors(folder / "model.safetensors")
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    reshaped = [f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
+                if k in weights and weights[k].shape != v.shape]
+    if missing or unexpected or reshaped:
+        details = "; ".join(part for part in (
+            f"missing {_few(missing)}" if missing else "",
+            f"unexpected {_few(unexpected)}" if unexpected else "",
+            f"shape (checkpoint vs model) {_few(reshaped)}" if reshaped else "") if part)
+        raise ValueError(f"checkpoint {folder} does not match the model config: {details}")
+    model.load_state_dict(weights)
+
+
+def restore_training(path: str | Path, model: torch.nn.Module,
+                     optimizer: torch.optim.Optimizer | None = None) -> TrainingState:
+    """Load weights (and optimizer state) into live objects; return the rest of the training state."""
+    folder = resolve_checkpoint(path)
+    meta = read_meta(folder)
+    load_weights(folder, model)
+    if optimizer is not None:
+        if "optimizer" not in meta:
+            raise ValueError(f"checkpoint {folder} has no optimizer state")
+        optimizer.load_state_dict(_unflatten_optimizer(
+            _read_tensors(folder / "optimizer.safetensors"), meta["optimizer"]))
+    rng: list[RngState] = [dict(values) for values in meta.get("rng", [])]
+    if rng:
+        for key, tensor in _read_tensors(folder / "rng.safetensors").items():
+            rank, name = key.split(".", 1)
+            rng[int(rank)][name] = tensor
+    return TrainingState(step=int(meta["step"]), epoch=int(meta["epoch"]), scheduler=meta["scheduler"],
+                         extra=meta["extra"], rng=rng, meta=meta)
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (OSError, SafetensorError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from None
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for key, tensor in tensors.items():
+        _, index, name = key.split(".", 2)
+        state.setdefault(int(index), {})[name] = tensor
+    for index, values in structure["scalars"].items():
+        state.setdefault(int(index), {}).update(values)
+    tuple_keys = set(structure["tuple_keys"])
+    groups = [{k: tuple(v) if k in tuple_keys else v for k, v in group.items()}
+              for group in structure["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+def _few(items: list[str], limit: int = 4) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+# ------------------------------------------------------------------------------------ RNG
+def capture_rng() -> RngState:
+    """This process's torch (CPU, CUDA), numpy and python RNG states."""
+    numpy_state = np.random.get_state()
+    python_state = random.getstate()
+    state: RngState = {
+        "torch_cpu": torch.get_rng_state(),
+        "numpy": [numpy_state[0], numpy_state[1].tolist(), *map(_plain, numpy_state[2:])],
+        "python": [python_state[0], list(python_state[1]), python_state[2]],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for index, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
+            state[f"torch_cuda_{index}"] = cuda_state
+    return state
+
+
+def restore_rng(state: RngState) -> None:
+    """Inverse of `capture_rng` (CUDA states only for devices present)."""
+    torch.set_rng_state(state["torch_cpu"])
+    kind, keys, *rest = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            if f"torch_cuda_{index}" in state:
+                torch.cuda.set_rng_state(state[f"torch_cuda_{index}"], index)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> python scalars (for JSON)."""
+    return value.item() if isinstance(value, np.generic) else value

@@ -1,0 +1,275 @@
+"""Run configuration: typed dataclasses loaded from YAML, with `--set section.key=value` overrides.
+
+    cfg = load_config("configs/demo.yaml", overrides=["train.max_steps=100", "model.pe=ape"])
+    model_cfg = cfg.model_config(vocab_size=tokenizer.vocab_size)   # -> model.ModelConfig
+    save_config(cfg, run_dir / "config.yaml")
+
+A YAML file has up to four sections (`model`, `data`, `train`, `generate`); a missing section or key
+keeps its default. Unknown sections or keys and values of the wrong type are a ValueError naming the
+key and the file. The `model` section is `model.ModelConfig` without `vocab_size` (the tokenizer
+gives it when the model is built); its fields and their comments live in model/config.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+from model import ModelConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the YAML files shipped with the repo
+CORPUS_KINDS = ("default", "midi_folder", "pop1k7", "groove", "trio")
+TOKEN_FORMATS = ("remi", "groove")
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16")
+
+# The model section: every ModelConfig field except vocab_size, same types and defaults.
+ModelSection = dataclasses.make_dataclass(
+    "ModelSection",
+    [(f.name, typing.get_type_hints(ModelConfig)[f.name], field(default=f.default))
+     for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"],
+)
+ModelSection.__doc__ = "model.ModelConfig without vocab_size (see model/config.py for each field)."
+
+
+@dataclass
+class DataConfig:
+    kind: str = "default"  # corpus: default (music21 scores), midi_folder, pop1k7, groove or trio
+    root: str = "corpus/default"  # folder of the tokenised corpus (built there on first use)
+    source: Optional[str] = None  # folder of raw input to build from (midi_folder, pop1k7, groove)
+    format: str = "remi"  # token format: remi (pop piano) or groove (3-track Groove2Groove events)
+    crop_len: int = 256  # training crop length in tokens (each crop starts at a bar)
+    transpose: int = 6  # random transposition range -transpose..+transpose semitones (0: off)
+    time_signatures: bool = True  # remi: emit TimeSig tokens where the meter changes
+    max_pieces: Optional[int] = None  # build at most this many pieces (None: all)
+
+    def validate(self) -> None:
+        _choice("data.kind", self.kind, CORPUS_KINDS)
+        _choice("data.format", self.format, TOKEN_FORMATS)
+        _at_least("data.crop_len", self.crop_len, 2)
+        _at_least("data.transpose", self.transpose, 0)
+        if self.max_pieces is not None:
+            _at_least("data.max_pieces", self.max_pieces, 1)
+
+
+@dataclass
+class TrainConfig:
+    batch_size: int = 4  # sequences per step and per process (global batch = batch_size * processes)
+    lr: float = 2e-4  # peak learning rate, reached after the warm-up
+    min_lr: float = 5e-6  # learning rate at max_steps, after the cosine decay
+    warmup_steps: int = 200  # linear warm-up from 0 to lr over this many steps
+    max_steps: int = 100_000  # total optimisation steps (the length of the cosine schedule)
+    max_epochs: Optional[int] = None  # if set, max_steps = max_epochs * batches per epoch instead
+    weight_decay: float = 0.0  # AdamW decoupled weight decay on weight matrices (0: plain Adam)
+    betas: tuple[float, float] = (0.9, 0.999)  # Adam moment decay rates
+    grad_clip: float = 0.5  # clip the global gradient norm to this (0: no clipping)
+    redraw_prob: float = 0.05  # probability per step of redrawing the FAVOR+ features (pop piano)
+    redraw_every: int = 0  # redraw the FAVOR+ features every K steps instead (groove: 40; 0: off)
+    eval_every: int = 500  # validation loss every this many steps (0: only at the end)
+    eval_batches: int = 20  # validation batches per evaluation
+    ckpt_every: int = 1000  # checkpoint every this many steps (one is also written at the end)
+    keep_checkpoints: int = 3  # keep the newest this many checkpoints (0: keep all)
+    log_every: int = 10  # CSV / TensorBoard / progress-bar logging interval in steps
+    seed: int = 0  # seed of initialisation, data order, augmentation, dropout and SPE noise
+    device: str = "auto"  # auto (CUDA when available), cpu or cuda
+    precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16
+    num_workers: int = 0  # DataLoader worker processes per training process
+
+    def validate(self) -> None:
+        for name in ("batch_size", "max_steps", "eval_batches", "log_every"):
+            _at_least(f"train.{name}", getattr(self, name), 1)
+        for name in ("warmup_steps", "redraw_every", "eval_every", "ckpt_every", "keep_checkpoints",
+                     "num_workers", "seed"):
+            _at_least(f"train.{name}", getattr(self, name), 0)
+        if self.max_epochs is not None:
+            _at_least("train.max_epochs", self.max_epochs, 1)
+        if not 0.0 < self.lr or not 0.0 <= self.min_lr <= self.lr:
+            raise ValueError(f"train.lr must be > 0 and 0 <= train.min_lr <= train.lr, "
+                             f"got lr={self.lr}, min_lr={self.min_lr}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError("train.weight_decay and train.grad_clip must be >= 0")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"train.betas must be in [0, 1), got {self.betas}")
+        if not 0.0 <= self.redraw_prob <= 1.0:
+            raise ValueError(f"train.redraw_prob must be in [0, 1], got {self.redraw_prob}")
+        _choice("train.device", self.device, DEVICES)
+        _choice("train.precision", self.precision, PRECISIONS)
+
+
+@dataclass
+class GenerateConfig:
+    tokens: int = 3072  # number of tokens to generate (the paper trains on 2048, generates 3072)
+    top_p: float = 0.9  # nucleus sampling: keep the smallest token set with this probability mass
+    temperature: float = 1.2  # softmax temperature of sampling
+    constrained: bool = True  # mask tokens that would break the format's grammar
+    prompt_bars: int = 0  # bars of a held-out piece used as the prompt (0: start from scratch)
+    seed: int = 0  # seed of the sampling
+
+    def validate(self) -> None:
+        _at_least("generate.tokens", self.tokens, 1)
+        _at_least("generate.prompt_bars", self.prompt_bars, 0)
+        if not 0.0 < self.top_p <= 1.0 or self.temperature <= 0.0:
+            raise ValueError(f"generate.top_p must be in (0, 1] and generate.temperature > 0, "
+                             f"got {self.top_p}, {self.temperature}")
+
+
+@dataclass
+class RunConfig:
+    model: ModelSection = field(default_factory=ModelSection)  # network (ModelConfig minus vocab_size)
+    data: DataConfig = field(default_factory=DataConfig)  # corpus and training crops
+    train: TrainConfig = field(default_factory=TrainConfig)  # optimisation and logging
+    generate: GenerateConfig = field(default_factory=GenerateConfig)  # sampling defaults
+
+    def validate(self) -> None:
+        """Raise ValueError on inconsistent values (types are checked when loading)."""
+        self.model_config(vocab_size=1)  # ModelConfig validates its own fields
+        self.data.validate()
+        self.train.validate()
+        self.generate.validate()
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The model.ModelConfig of this run for a tokenizer of `vocab_size` tokens."""
+        return ModelConfig(vocab_size=vocab_size, **dataclasses.asdict(self.model))
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict (tuples as lists), as written to YAML and checkpoints."""
+        return {name: {key: list(value) if isinstance(value, tuple) else value
+                       for key, value in dataclasses.asdict(getattr(self, name)).items()}
+                for name in SECTIONS}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "<dict>") -> RunConfig:
+        """Typed, validated RunConfig from a nested dict; `source` names the origin in errors."""
+        if not isinstance(values, dict):
+            raise ValueError(f"{source}: a config must be a mapping of sections, got {type(values).__name__}")
+        unknown = sorted(set(values) - set(SECTIONS))
+        if unknown:
+            raise ValueError(f"{source}: unknown section {unknown[0]!r} (known: {', '.join(SECTIONS)})")
+        sections = {}
+        for name, section_type in SECTIONS.items():
+            entries = values.get(name) or {}
+            if not isinstance(entries, dict):
+                raise ValueError(f"{source}: section {name!r} must be a mapping, got {entries!r}")
+            sections[name] = _build_section(section_type, name, entries, source)
+        cfg = cls(**sections)
+        try:
+            cfg.validate()
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
+        return cfg
+
+
+SECTIONS: dict[str, type] = {"model": ModelSection, "data": DataConfig, "train": TrainConfig,
+                             "generate": GenerateConfig}
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path:
+    """A YAML path as given, or the name of a shipped config (`demo`, `pop_ape.yaml`)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    for candidate in (CONFIG_DIR / path.name, CONFIG_DIR / f"{path.name}.yaml"):
+        if path.parent == Path(".") and candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+    raise ValueError(f"config file not found: {name_or_path} (shipped configs: {shipped})")
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Read a YAML config (path or shipped name) and apply `section.key=value` overrides."""
+    path = resolve_config_path(path)
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"{path}: cannot read config: {error}") from None
+    return apply_overrides(RunConfig.from_dict(values, source=str(path)), overrides)
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str] | tuple[str, ...]) -> RunConfig:
+    """A copy of `cfg` with `section.key=value` strings applied (values parsed with the field's type)."""
+    values = cfg.to_dict()
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot:
+            raise ValueError(f"--set expects section.key=value, got {item!r}")
+        if section not in SECTIONS:
+            raise ValueError(f"--set {item}: unknown section {section!r} (known: {', '.join(SECTIONS)})")
+        hints = typing.get_type_hints(SECTIONS[section])
+        if name not in hints:
+            raise ValueError(f"--set {item}: unknown key {key.strip()!r}")
+        values[section][name] = _parse_text(text.strip(), hints[name])
+    return RunConfig.from_dict(values, source="--set")
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    """Write the resolved config as YAML (loads back to an equal RunConfig)."""
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+# ------------------------------------------------------------------------------------ typing
+def _build_section(section_type: type, section: str, entries: dict[str, Any], source: str) -> Any:
+    hints = typing.get_type_hints(section_type)
+    values = {}
+    for key, value in entries.items():
+        if key not in hints:
+            raise ValueError(f"{source}: unknown key {section}.{key} "
+                             f"(known: {', '.join(hints)})")
+        try:
+            values[key] = _coerce(value, hints[key])
+        except TypeError as error:
+            raise ValueError(f"{source}: {section}.{key}: {error}") from None
+    return section_type(**values)
+
+
+def _coerce(value: Any, annotation: Any) -> Any:
+    """`value` checked against a field type (bool, int, float, str, Optional[...], tuple[...])."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0])
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0]) for v in value)
+        if len(value) != len(args):
+            raise TypeError(f"expected {len(args)} values, got {value!r}")
+        return tuple(_coerce(v, a) for v, a in zip(value, args))
+    if annotation is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if annotation in (bool, int, str) and type(value) is annotation:
+        return value
+    raise TypeError(f"expected {getattr(annotation, '__name__', annotation)}, got {value!r}")
+
+
+def _parse_text(text: str, annotation: Any) -> Any:
+    """A command-line string as a value of the field's type (strings are taken verbatim)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    optional = origin in (Union, types.UnionType) and type(None) in args
+    if optional and text.lower() in ("none", "null", "~", ""):
+        return None
+    if annotation is str or (optional and str in args):
+        return text
+    value = yaml.safe_load(text)
+    if typing.get_origin(annotation) is tuple and isinstance(value, str):
+        value = [yaml.safe_load(part) for part in value.split(",")]
+    return value
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _at_least(name: str, value: int, low: int) -> None:
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
