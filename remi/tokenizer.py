@@ -1,0 +1,311 @@
+"""REMI tokenizer for pop piano (spe_notes.md section 5), with our TimeSig extension.
+
+Encoding (any ``ticks_per_beat``; all pitched tracks merged, drum tracks ignored):
+
+* onsets are rounded to the nearest sub-beat (16th note, half up); durations likewise, at least 1 and
+  at most 16 sub-beats (longer notes are clipped);
+* pitches outside 22..107 are dropped, velocities clamp to 40..86 and round (half up) to the even levels;
+* bars follow the file's time-signature map (``time_signatures=True``) or are all 4/4; a meter change
+  that does not fall on a bar line takes effect at the next bar line; bars longer than 16 sub-beats
+  are written as several ``Bar`` parts (see ``remi.vocab``);
+* the tempo in force at the start (MIDI's 120 bpm if the file sets none) is written at ``Beat_0`` of
+  the first bar, then each change of the (rounded, clamped) tempo at its sub-beat; changes after the
+  last note onset are dropped;
+* chords (chorder's rule, ``remi.chords``) are written at the beat where the chord label changes,
+  starting with the first beat; ``Chord_N_N`` where the music stops being a recognised chord;
+* the sequence ends with ``EOS_None``.
+
+What was changed on the way is counted in :class:`EncodeStats` (``tok.last_encode_stats``,
+``tok.encode_with_report``). Decoding gives a one-track piano ``miditoolkit.MidiFile`` at 480 ticks
+per beat, with tempi, time signatures and the chords as markers; invalid events are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import miditoolkit
+import numpy as np
+from miditoolkit import Instrument, Marker, Note, TempoChange, TimeSignature
+
+from remi.chords import beat_chords
+from remi.grammar import Kind, Phase, REMIConstraintState, TokenTable
+from remi.vocab import (
+    CHORD_ROOTS,
+    DEFAULT_BPM,
+    DEFAULT_METER,
+    MAX_DURATION,
+    METERS,
+    PITCH_RANGE,
+    SUB_BEATS_PER_BEAT,
+    TEMPI,
+    TICKS_PER_BEAT,
+    TICKS_PER_SUB_BEAT,
+    VELOCITIES,
+    build_tokens,
+    meter_parts,
+    meter_token,
+    nearest_meter,
+)
+from tokenization import BaseTokenizer, TokenizationError
+
+logger = logging.getLogger(__name__)
+
+PITCH_TOKENS = {p: f"Note_Pitch_{p}" for p in range(PITCH_RANGE[0], PITCH_RANGE[1] + 1)}
+VELOCITY_TOKENS = {v: f"Note_Velocity_{v}" for v in VELOCITIES}
+DURATION_TOKENS = {d: f"Note_Duration_{d * TICKS_PER_SUB_BEAT}" for d in range(MAX_DURATION + 1)}
+BEAT_TOKENS = [f"Beat_{i}" for i in range(16)]
+
+
+@dataclass
+class EncodeStats:
+    """What the last ``encode`` changed or dropped in its file."""
+
+    notes_in: int = 0  # pitched (non-drum) notes in the file
+    notes_encoded: int = 0  # notes written as tokens
+    pitch_dropped: int = 0  # notes dropped: pitch outside 22..107
+    velocity_clamped: int = 0  # notes whose velocity was outside 40..86
+    duration_clipped: int = 0  # notes longer than 16 sub-beats, clipped
+    drum_notes_ignored: int = 0  # notes of drum tracks (not encoded)
+    tempo_clamped: int = 0  # tempo changes outside 32..224 bpm
+    tempo_dropped: int = 0  # tempo changes after the last note onset
+    meters_remapped: int = 0  # time signatures not in remi.vocab.METERS, mapped to the nearest
+    meter_changes_moved: int = 0  # meter changes not on a bar line, moved to the next one
+
+
+class REMITokenizer(BaseTokenizer):
+    """REMI events for (pop) piano: Bar, Beat, Tempo, Chord, Note triples; optional TimeSig."""
+
+    def __init__(self, time_signatures: bool = True):
+        self.time_signatures = time_signatures  # write TimeSig tokens and follow the file's meters
+        super().__init__()
+        self.table = TokenTable(self.vocab)  # per-id kind/value, for the grammar and the decoder
+        self.bar_id = self.vocab["Bar_None"]
+        self.last_encode_stats = EncodeStats()  # filled by every encode
+        self._transpose_tables: dict[int, np.ndarray] = {}  # semitones -> id lookup (-1: out of range)
+
+    def _build_vocab_tokens(self) -> list[str]:
+        return build_tokens(self.time_signatures)
+
+    def config(self) -> dict[str, Any]:
+        return {"time_signatures": self.time_signatures}
+
+    # ---------------------------------------------------------------- encode
+    def encode_with_report(self, source: Any) -> tuple[list[int], EncodeStats]:
+        """``encode`` plus the counts of what was clamped, clipped or dropped."""
+        ids = self.encode(source)
+        return ids, self.last_encode_stats
+
+    def _encode_midi(self, midi: miditoolkit.MidiFile) -> list[str]:
+        stats = EncodeStats()
+        self.last_encode_stats = stats
+        tpq = midi.ticks_per_beat
+        pitched = [inst.notes for inst in midi.instruments if not inst.is_drum]
+        stats.drum_notes_ignored = sum(len(inst.notes) for inst in midi.instruments if inst.is_drum)
+        raw = np.array([(n.start, n.end, n.pitch, n.velocity) for notes in pitched for n in notes], dtype=np.int64)
+        stats.notes_in = len(raw)
+        if not len(raw):
+            raise TokenizationError("<midi>", "no pitched (non-drum) notes")
+        raw = raw.reshape(-1, 4)  # (N, [start, end, pitch, velocity])
+        in_range = (raw[:, 2] >= PITCH_RANGE[0]) & (raw[:, 2] <= PITCH_RANGE[1])
+        stats.pitch_dropped = int((~in_range).sum())
+        raw = raw[in_range]
+        if not len(raw):
+            raise TokenizationError("<midi>", f"no notes with a pitch in {PITCH_RANGE[0]}..{PITCH_RANGE[1]}")
+        if stats.pitch_dropped:
+            logger.debug("dropped %d notes outside the pitch range", stats.pitch_dropped)
+
+        onset = self._to_grid(raw[:, 0], tpq)
+        duration = self._to_grid(raw[:, 1] - raw[:, 0], tpq)
+        stats.duration_clipped = int((duration > MAX_DURATION).sum())
+        duration = np.clip(duration, 1, MAX_DURATION)
+        pitch = raw[:, 2]
+        velocity = raw[:, 3]
+        stats.velocity_clamped = int(((velocity < VELOCITIES[0]) | (velocity > VELOCITIES[-1])).sum())
+        velocity = np.clip(velocity, VELOCITIES[0], VELOCITIES[-1])
+        velocity = VELOCITIES[0] + 2 * ((velocity - VELOCITIES[0] + 1) // 2)
+        order = np.lexsort((velocity, duration, pitch, onset))
+        onset, duration, pitch, velocity = onset[order], duration[order], pitch[order], velocity[order]
+        stats.notes_encoded = len(onset)
+        last = int(onset[-1])
+
+        tempo_at = self._tempo_events(midi, last, stats)
+        chord_at = {}
+        previous = None
+        for beat, label in enumerate(beat_chords(onset, onset + duration, pitch, SUB_BEATS_PER_BEAT)):
+            position = beat * SUB_BEATS_PER_BEAT
+            if position > last:
+                break
+            if label != previous:
+                chord_at[position] = label
+                previous = label
+
+        bar_starts, bar_meters = self._bar_grid(midi, last, stats)
+        positions = np.array(sorted(set(onset.tolist()) | tempo_at.keys() | chord_at.keys()), dtype=np.int64)
+        bars = (np.searchsorted(bar_starts, positions, side="right") - 1).tolist()
+        offsets = (positions - bar_starts[bars]).tolist()
+
+        tokens: list[str] = []
+        onsets, pitches, velocities, durations = onset.tolist(), pitch.tolist(), velocity.tolist(), duration.tolist()
+        note, count, bar = 0, len(onsets), -1
+        for position, bar_index, offset in zip(positions.tolist(), bars, offsets):
+            while bar < bar_index:
+                bar += 1
+                tokens.append("Bar_None")
+                if bar_meters[bar] is not None:
+                    tokens.append(bar_meters[bar])
+            tokens.append(BEAT_TOKENS[offset])
+            if position in tempo_at:
+                tokens.append(tempo_at[position])
+            if position in chord_at:
+                tokens.append(chord_at[position])
+            while note < count and onsets[note] == position:
+                tokens += (PITCH_TOKENS[pitches[note]], VELOCITY_TOKENS[velocities[note]], DURATION_TOKENS[durations[note]])
+                note += 1
+        tokens.append("EOS_None")
+        return tokens
+
+    @staticmethod
+    def _to_grid(ticks: np.ndarray, tpq: int) -> np.ndarray:
+        """Ticks at ``tpq`` per beat -> nearest sub-beat (half up), exact integer arithmetic."""
+        return (2 * SUB_BEATS_PER_BEAT * ticks + tpq) // (2 * tpq)
+
+    def _tempo_events(self, midi: miditoolkit.MidiFile, last: int, stats: EncodeStats) -> dict[int, str]:
+        """``{sub-beat: Tempo token}`` where the rounded tempo changes (always one at 0)."""
+        level_at: dict[int, int] = {0: self._tempo_level(DEFAULT_BPM)}
+        changes = sorted(midi.tempo_changes, key=lambda t: t.time)
+        for change in changes:
+            position = int(self._to_grid(np.int64(change.time), midi.ticks_per_beat))
+            if position > last:
+                stats.tempo_dropped += 1
+                continue
+            if not TEMPI[0] <= change.tempo <= TEMPI[-1]:
+                stats.tempo_clamped += 1
+            level_at[position] = self._tempo_level(change.tempo)
+        events, previous = {}, None
+        for position in sorted(level_at):
+            if level_at[position] != previous:
+                events[position] = f"Tempo_{level_at[position]}"
+                previous = level_at[position]
+        return events
+
+    @staticmethod
+    def _tempo_level(bpm: float) -> int:
+        index = int(np.clip(np.floor((bpm - TEMPI[0]) / 3 + 0.5), 0, len(TEMPI) - 1))
+        return TEMPI[index]
+
+    def _bar_grid(self, midi: miditoolkit.MidiFile, last: int, stats: EncodeStats) -> tuple[np.ndarray, list[str | None]]:
+        """Start (sub-beat) of every bar part up to ``last``, and the TimeSig token each one carries."""
+        meter_at: dict[int, tuple[int, int]] = {}
+        if self.time_signatures:
+            for change in sorted(midi.time_signature_changes, key=lambda t: t.time):
+                meter = nearest_meter(change.numerator, change.denominator)
+                if meter != (change.numerator, change.denominator):
+                    stats.meters_remapped += 1
+                    logger.warning("time signature %d/%d is not supported; using %d/%d",
+                                   change.numerator, change.denominator, *meter)
+                meter_at[int(self._to_grid(np.int64(change.time), midi.ticks_per_beat))] = meter
+        changes = sorted(meter_at.items())
+        starts: list[int] = []
+        meters: list[str | None] = []
+        meter, written, position, index = DEFAULT_METER, None, 0, 0
+        while position <= last:
+            while index < len(changes) and changes[index][0] <= position:
+                if changes[index][0] < position:
+                    stats.meter_changes_moved += 1
+                meter = changes[index][1]
+                index += 1
+            for part, length in enumerate(meter_parts(meter)):
+                if position > last:
+                    break
+                starts.append(position)
+                meters.append(meter_token(meter) if self.time_signatures and part == 0 and meter != written else None)
+                written = meter
+                position += length
+        return np.array(starts, dtype=np.int64), meters
+
+    # ---------------------------------------------------------------- decode
+    def constraint_state(self) -> REMIConstraintState:
+        """Incremental grammar for constrained sampling (see ``remi.grammar``)."""
+        return REMIConstraintState(self.table)
+
+    def _decode_tokens(self, tokens: list[str]) -> tuple[miditoolkit.MidiFile, int]:
+        state = self.constraint_state()
+        kinds, values = self.table.kind_list, self.table.value_list
+        notes: list[Note] = []
+        tempi: list[TempoChange] = []
+        meters: list[TimeSignature] = []
+        markers: list[Marker] = []
+        meter, pitch, velocity, pending, skipped = DEFAULT_METER, 0, 0, 0, 0
+        for token in tokens:
+            token_id = self.vocab.ids[token]
+            if not state.accepts(token_id):
+                if state.phase in (Phase.PITCH, Phase.VELOCITY):
+                    skipped, pending = skipped + pending, 0
+                    state.abandon_note()
+                if not state.accepts(token_id):
+                    skipped += 1
+                    continue
+            state.advance(token_id)
+            kind, value = kinds[token_id], values[token_id]
+            tick = (state.clock.start + max(state.beat, 0)) * TICKS_PER_SUB_BEAT
+            if kind == Kind.PITCH:
+                pitch, pending = value, 1
+            elif kind == Kind.VELOCITY:
+                velocity, pending = value, 2
+            elif kind == Kind.DURATION:
+                notes.append(Note(velocity=velocity, pitch=pitch, start=tick, end=tick + value * TICKS_PER_SUB_BEAT))
+                pending = 0
+            elif kind == Kind.TEMPO:
+                tempi.append(TempoChange(tempo=value, time=tick))
+            elif kind == Kind.CHORD:
+                markers.append(Marker(text=token[len("Chord_"):], time=tick))
+            elif kind == Kind.TIMESIG and METERS[value] != meter:
+                meter = METERS[value]
+                meters.append(TimeSignature(numerator=meter[0], denominator=meter[1], time=state.clock.start * TICKS_PER_SUB_BEAT))
+        skipped += pending
+        if not meters or meters[0].time > 0:
+            meters.insert(0, TimeSignature(numerator=DEFAULT_METER[0], denominator=DEFAULT_METER[1], time=0))
+
+        midi = miditoolkit.MidiFile(ticks_per_beat=TICKS_PER_BEAT)
+        piano = Instrument(program=0, is_drum=False, name="Piano")
+        piano.notes = notes
+        midi.instruments.append(piano)
+        midi.tempo_changes, midi.time_signature_changes, midi.markers = tempi, meters, markers
+        midi.max_tick = max((n.end for n in notes), default=0)
+        return midi, skipped
+
+    # ------------------------------------------------------- shared helpers
+    def transpose(self, ids: list[int], semitones: int) -> list[int]:
+        """Shift pitches and chord roots by ``semitones``; ValueError if a pitch leaves 22..107."""
+        table = self._transpose_table(int(semitones))
+        array = np.asarray(ids, dtype=np.int64)
+        if array.size and (array.min() < 0 or array.max() >= len(table)):
+            raise ValueError(f"token ids outside the vocabulary (size {len(table)})")
+        shifted = table[array]
+        if (shifted < 0).any():
+            bad = sorted({self.table.value_list[i] for i in array[shifted < 0].tolist()})
+            raise ValueError(f"transposing by {semitones} moves pitches {bad} outside {PITCH_RANGE[0]}..{PITCH_RANGE[1]}")
+        return shifted.tolist()
+
+    def _transpose_table(self, semitones: int) -> np.ndarray:
+        """``(vocab_size,)`` id -> transposed id, -1 where the pitch would leave the range."""
+        if semitones not in self._transpose_tables:
+            table = np.arange(len(self.vocab), dtype=np.int64)
+            for idx, token in enumerate(self.vocab.tokens):
+                kind = self.table.kind_list[idx]
+                if kind == Kind.PITCH:
+                    target = f"Note_Pitch_{self.table.value_list[idx] + semitones}"
+                    table[idx] = self.vocab.ids.get(target, -1)
+                elif kind == Kind.CHORD and not token.endswith("N_N"):
+                    root, quality = token[len("Chord_"):].split("_", 1)
+                    shifted = CHORD_ROOTS[(CHORD_ROOTS.index(root) + semitones) % 12]
+                    table[idx] = self.vocab[f"Chord_{shifted}_{quality}"]
+            self._transpose_tables[semitones] = table
+        return self._transpose_tables[semitones]
+
+    def bar_starts(self, ids: list[int]) -> list[int]:
+        """Indices of the Bar tokens (where training crops may start)."""
+        return np.flatnonzero(np.asarray(ids, dtype=np.int64) == self.bar_id).tolist()
