@@ -1,0 +1,154 @@
+"""SPEFilter: applies a positional code (qbar, kbar) to queries and keys, with an optional learned gate."""
+
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+Code = Tuple[torch.Tensor, torch.Tensor]
+
+
+class SPEFilter(nn.Module):
+    """Mixes an SPE code into queries and keys: (B, *size, H, D) -> (B, *size, H, R).
+
+        qhat(m) = sum_d q_d(m) [ sqrt(1 - delta_d) Qbar_d(m) + sqrt(delta_d) eps_d ]     (khat alike)
+
+    with delta = sigmoid(gate) per (head, d) when gated (delta = 0 otherwise) and eps an (H, D, R)
+    N(0, 1) / (D R)^(1/4) draw shared by queries and keys, constant over positions. The gated code is
+    never built: the two terms are contracted separately, and autograd keeps only the inputs.
+
+    Args:
+        gated: learn a gate between positional and position-free attention.
+        code_shape: (num_heads, in_features) of the codes (`pe.code_shape`); required when gated.
+    """
+
+    def __init__(self, gated: bool = True, code_shape: Optional[Tuple[int, int]] = None):
+        super().__init__()
+        if gated and code_shape is None:
+            raise ValueError("code_shape is required when gated=True")
+        self.gated = gated
+        self.code_shape = None if code_shape is None else tuple(code_shape)
+        if gated:
+            # gate logits g; delta = sigmoid(g) is the weight of position-free attention per (head, d)
+            self.gate = nn.Parameter(torch.randn(self.code_shape))
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, code: Code,
+                gate_noise: Optional[torch.Tensor] = None):
+        """(qhat, khat), each (B, *size, H, R).
+
+        queries, keys: (B, *size, H, D). code: (qbar, kbar), each (1, *code_size, H, D, R) with
+        code_size >= size (longer codes are cropped). gate_noise: optional (H, D, R) eps (see
+        `draw_gate_noise`), to hold it fixed across calls; drawn afresh when None; ignored when not gated.
+        """
+        qbar, kbar = code
+        self._check(queries, keys, qbar, kbar)
+        size = queries.shape[1:-2]
+        crop = (0, *(slice(0, s) for s in size))
+        qbar, kbar = qbar[crop], kbar[crop]                             # (*size, H, D, R)
+        positions = math.prod(size)
+        flat = (queries.shape[0], positions, *queries.shape[-2:])
+        code_flat = (positions, *qbar.shape[-3:])
+        queries, keys = queries.reshape(flat), keys.reshape(flat)       # (B, S, H, D)
+        qbar, kbar = qbar.reshape(code_flat), kbar.reshape(code_flat)   # (S, H, D, R)
+        if not self.gated:
+            qhat, khat = _mix_code(queries, qbar), _mix_code(keys, kbar)
+        else:
+            r = qbar.shape[-1]
+            if gate_noise is None:
+                gate_noise = self.draw_gate_noise(r)
+            elif tuple(gate_noise.shape) != (*self.code_shape, r):
+                raise ValueError(f"gate_noise must have shape {(*self.code_shape, r)}, got {tuple(gate_noise.shape)}")
+            delta = torch.sigmoid(self.gate)                            # (H, D)
+            positional, free = torch.sqrt(1 - delta), torch.sqrt(delta)
+            qhat = _mix_code(queries, qbar, positional, gate_noise, free)
+            khat = _mix_code(keys, kbar, positional, gate_noise, free)
+        out_shape = (queries.shape[0], *size, *qhat.shape[-2:])
+        return qhat.view(out_shape), khat.view(out_shape)               # (B, *size, H, R)
+
+    def draw_gate_noise(self, num_realizations: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """eps: (H, D, R) i.i.d. N(0, 1) / (D R)^(1/4), so that E[sum_r eps_d eps_d] = sqrt(R / D)."""
+        if self.code_shape is None:
+            raise ValueError("draw_gate_noise needs the filter's code_shape")
+        reference = self.gate if self.gated else None
+        device = None if reference is None else reference.device
+        dtype = None if reference is None else reference.dtype
+        noise = torch.randn(*self.code_shape, num_realizations, generator=generator, device=device, dtype=dtype)
+        return noise / (self.code_shape[1] * num_realizations) ** 0.25
+
+    def effective_template(self, template: torch.Tensor) -> torch.Tensor:
+        """Kernel seen through this filter: (1 - delta) P + delta, for a template (H, D, M, N)."""
+        if not self.gated:
+            return template
+        delta = torch.sigmoid(self.gate)[..., None, None]               # (H, D, 1, 1)
+        return (1 - delta) * template + delta
+
+    def gate_values(self) -> Optional[torch.Tensor]:
+        """delta = sigmoid(gate): (H, D), or None when not gated."""
+        return torch.sigmoid(self.gate) if self.gated else None
+
+    def _check(self, queries, keys, qbar, kbar):
+        """ValueError on any shape inconsistency between queries, keys and the code."""
+        if queries.shape != keys.shape:
+            raise ValueError(f"queries and keys must have the same shape, got {tuple(queries.shape)} "
+                             f"and {tuple(keys.shape)}")
+        if qbar.shape != kbar.shape:
+            raise ValueError(f"qbar and kbar must have the same shape, got {tuple(qbar.shape)} and {tuple(kbar.shape)}")
+        if queries.dim() < 3 or qbar.dim() != queries.dim() + 1 or qbar.shape[0] != 1:
+            raise ValueError(f"queries (B, *size, H, D) and code (1, *size, H, D, R) do not match: "
+                             f"{tuple(queries.shape)} and {tuple(qbar.shape)}")
+        if self.code_shape is not None and tuple(qbar.shape[-3:-1]) != self.code_shape:
+            raise ValueError(f"code has (heads, features) {tuple(qbar.shape[-3:-1])}, expected {self.code_shape}")
+        if tuple(qbar.shape[-3:-1]) != tuple(queries.shape[-2:]):
+            raise ValueError(f"queries have (heads, features) {tuple(queries.shape[-2:])}, "
+                             f"but the code has {tuple(qbar.shape[-3:-1])}")
+        size, code_size = tuple(queries.shape[1:-2]), tuple(qbar.shape[1:-3])
+        if any(c < s for s, c in zip(size, code_size)):
+            raise ValueError(f"code covers {code_size} positions, shorter than the inputs' {size}")
+
+
+def _mix_code(x, code, positional=None, noise=None, free=None):
+    """sum_d x_d [positional_d code_d + free_d noise_d]: (B, S, H, D) -> (B, S, H, R)."""
+    return _MixCode.apply(x, code, positional, noise, free)
+
+
+class _MixCode(torch.autograd.Function):
+    """out[b,s,h,r] = sum_d x[b,s,h,d] (a[h,d] code[s,h,d,r] + c[h,d] noise[h,d,r]).
+
+    a, noise, c are optional (all None: the ungated filter). Saves only its inputs for backward (x and
+    references to the shared code), where plain autograd would also keep scaled and permuted copies of x.
+    """
+
+    @staticmethod
+    def forward(ctx, x, code, a, noise, c):
+        ctx.save_for_backward(x, code, a, noise, c)
+        xa = x if a is None else x * a                                  # (B, S, H, D)
+        out = torch.einsum("bshd,shdr->bshr", xa, code)                  # (B, S, H, R)
+        if noise is not None:
+            out = out + torch.einsum("bshd,hdr->bshr", x * c, noise)
+        return out.contiguous()
+
+    @staticmethod
+    def backward(ctx, grad):                                            # grad: (B, S, H, R)
+        # under autocast the forward ran in a lower precision: compute the backward in the grad's dtype
+        x, code, a, noise, c = (t if t is None else t.to(grad.dtype) for t in ctx.saved_tensors)
+        need_x, need_code, need_a, need_noise, need_c = ctx.needs_input_grad
+        grad_x = grad_code = grad_a = grad_noise = grad_c = None
+        grad_xa = torch.einsum("bshr,shdr->bshd", grad, code)           # (B, S, H, D)
+        if need_code:
+            xa = x if a is None else x * a
+            grad_code = torch.einsum("bshd,bshr->shdr", xa, grad)       # (S, H, D, R)
+        if need_a:
+            grad_a = (grad_xa * x).sum(dim=(0, 1))                      # (H, D)
+        grad_xc = None
+        if noise is not None:
+            grad_xc = torch.einsum("bshr,hdr->bshd", grad, noise)       # (B, S, H, D)
+            if need_noise:
+                grad_noise = torch.einsum("bshd,bshr->hdr", x * c, grad)  # (H, D, R)
+            if need_c:
+                grad_c = (grad_xc * x).sum(dim=(0, 1))                  # (H, D)
+        if need_x:
+            grad_x = grad_xa if a is None else grad_xa * a
+            if grad_xc is not None:
+                grad_x = grad_x + grad_xc * c
+        return grad_x, grad_code, grad_a, grad_noise, grad_c

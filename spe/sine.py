@@ -1,0 +1,101 @@
+"""sineSPE: a periodic relative kernel, evaluable at any position without building the sequence."""
+
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class SineSPE(nn.Module):
+    """Code generator for sinusoidal SPE.
+
+    Per (head, feature d), K sinusoids with frequency f_k = sigmoid(freqs) / 2 in [0, 1/2], phase
+    offset theta_k (queries only) and gain lambda_k = softplus(gains):
+
+        Qbar(m) = Omega_q(m) Z,  Kbar(n) = Omega_k(n) Z,  Z ~ N(0, 1) lambda / sqrt(2K)   (2K x R)
+        P_d(m, n) = (1 / 2K) sum_k lambda_k^2 cos(2 pi f_k (m - n) + theta_k)
+
+    Args:
+        num_heads: number of attention heads H.
+        in_features: features per head D.
+        num_realizations: default number of realisations R.
+        num_sines: number of sinusoids K.
+    """
+
+    def __init__(self, num_heads: int = 8, in_features: int = 64, num_realizations: int = 256,
+                 num_sines: int = 1):
+        super().__init__()
+        self.num_heads = num_heads
+        self.in_features = in_features
+        self.num_realizations = num_realizations
+        self.num_sines = num_sines
+        self.code_shape = (num_heads, in_features)
+        shape = (num_heads, in_features, num_sines)
+        # raw frequencies: N(0, 1) - 4 favours low frequencies (long-range kernels)
+        self.freqs = nn.Parameter(torch.randn(shape) - 4.0)
+        # phase offsets theta_k applied to the queries' sinusoids
+        self.offsets = nn.Parameter(torch.randn(shape))
+        # raw gains (softplus gives lambda_k); N(0, 1) rescaled per (head, d) by 2 / sqrt(norm over k)
+        gains = torch.randn(shape)
+        self.gains = nn.Parameter(2.0 * gains / gains.norm(dim=-1, keepdim=True).sqrt())
+
+    def forward(self, shape: Sequence[int], num_realizations: Optional[int] = None):
+        """One fresh draw for inputs of outer shape (batch, length): (qbar, kbar), each (1, L, H, D, R)."""
+        if len(shape) != 2:
+            raise ValueError(f"SineSPE supports 1-D inputs only: shape must be (batch, length), got {tuple(shape)}")
+        noise = self.draw_noise(shape[1], num_realizations)
+        return self.codes(noise, 0, shape[1])
+
+    def draw_noise(self, length: Optional[int] = None, num_realizations: Optional[int] = None,
+                   generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """The random part of one realisation: (H, D, 2K, R) i.i.d. N(0, 1).
+
+        It does not depend on `length` (accepted for a uniform API): any position can be evaluated.
+        """
+        r = self.num_realizations if num_realizations is None else num_realizations
+        return torch.randn(self.num_heads, self.in_features, 2 * self.num_sines, r, generator=generator,
+                           device=self.freqs.device, dtype=self.freqs.dtype)
+
+    def codes(self, noise: torch.Tensor, start: int, length: int):
+        """(qbar, kbar) at positions start .. start+length-1, each (1, length, H, D, R), contiguous."""
+        expected = (self.num_heads, self.in_features, 2 * self.num_sines)
+        if noise.dim() != 4 or tuple(noise.shape[:3]) != expected:
+            raise ValueError(f"noise must have shape {expected + ('R',)}, got {tuple(noise.shape)}")
+        if start < 0 or length < 1:
+            raise ValueError(f"need start >= 0 and length >= 1, got start={start}, length={length}")
+        r = noise.shape[-1]
+        positions = torch.arange(start, start + length, device=noise.device)
+        omega_q, omega_k = self._omegas(positions)                      # (H, D, L, 2K) each
+        gains = F.softplus(self.gains).repeat_interleave(2, dim=-1)      # (H, D, 2K), one per cos/sin
+        scale = math.sqrt(2 * self.num_sines) * (r * self.in_features) ** 0.25  # sqrt(2K) (R D)^(1/4)
+        z = noise * (gains / scale).unsqueeze(-1)                       # (H, D, 2K, R)
+        qbar = (omega_q @ z).permute(2, 0, 1, 3).contiguous()           # (L, H, D, R)
+        kbar = (omega_k @ z).permute(2, 0, 1, 3).contiguous()           # (L, H, D, R)
+        return qbar.unsqueeze(0), kbar.unsqueeze(0)                     # (1, L, H, D, R)
+
+    def expected_template(self, length: int) -> torch.Tensor:
+        """Exact R -> infinity kernel P_d(m, n) for m, n < length: (H, D, length, length)."""
+        lags = torch.arange(1 - length, length, device=self.freqs.device)  # (2L-1,): m - n
+        cycles = self._cycles(lags)                                     # (H, D, 2L-1, K)
+        phases = 2 * math.pi * cycles + self.offsets[:, :, None, :]     # (H, D, 2L-1, K)
+        weights = F.softplus(self.gains) ** 2 / (2 * self.num_sines)    # (H, D, K)
+        kernel = (torch.cos(phases) * weights[:, :, None, :]).sum(-1)   # (H, D, 2L-1): P_d per lag
+        positions = torch.arange(length, device=self.freqs.device)
+        index = positions[:, None] - positions[None, :] + length - 1    # (L, L): lag m - n, shifted
+        return kernel[:, :, index]                                      # (H, D, L, L)
+
+    def _omegas(self, positions: torch.Tensor):
+        """Interleaved cos/sin features of the queries (with offsets) and keys: (H, D, L, 2K) each."""
+        phases_k = 2 * math.pi * self._cycles(positions)               # (H, D, L, K)
+        phases_q = phases_k + self.offsets[:, :, None, :]               # (H, D, L, K)
+        omega_q = torch.stack([torch.cos(phases_q), torch.sin(phases_q)], dim=-1).flatten(-2)  # (H, D, L, 2K)
+        omega_k = torch.stack([torch.cos(phases_k), torch.sin(phases_k)], dim=-1).flatten(-2)  # (H, D, L, 2K)
+        return omega_q, omega_k
+
+    def _cycles(self, positions: torch.Tensor) -> torch.Tensor:
+        """f_k * position modulo 1, computed in float64 so that far positions keep their phase: (H, D, L, K)."""
+        freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
+        cycles = freqs[:, :, None, :] * positions.double()[:, None]     # (H, D, L, K)
+        return torch.remainder(cycles, 1.0).to(self.freqs.dtype)
