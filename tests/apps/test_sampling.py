@@ -1,0 +1,164 @@
+"""Nucleus / temperature sampling, grammar masks and the recurrent decoding loop (tiny random models)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from apps.sampling import (GrammarDeadEnd, SamplingConfig, check_length, generate, sample_next,
+                           sampling_probabilities)
+from model import ModelConfig, MusicPerformer
+from remi import REMITokenizer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids thread-synchronisation overhead on loaded CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return REMITokenizer()
+
+
+def tiny_model(vocab_size: int, pe: str = "sine_spe", max_len: int = 256, seed: int = 0) -> MusicPerformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=vocab_size, n_layer=2, n_head=2, d_model=16, d_ff=32, dropout=0.0, pe=pe,
+                      num_realizations=8, num_sines=2, kernel_size=8, feature_dims=16, attention="torch",
+                      max_len=max_len)
+    return MusicPerformer(cfg).eval()
+
+
+# ------------------------------------------------------------------------ probabilities
+def test_nucleus_keeps_the_smallest_set_reaching_top_p():
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]], dtype=torch.float64)
+    logits = probs.log()
+    kept = sampling_probabilities(logits, top_p=0.7, temperature=1.0)
+    assert torch.allclose(kept, torch.tensor([[0.0, 0.5 / 0.8, 0.0, 0.3 / 0.8]], dtype=torch.float64))
+    kept = sampling_probabilities(logits, top_p=0.85, temperature=1.0)
+    assert torch.allclose(kept, torch.tensor([[0.0, 0.5, 0.15, 0.3]], dtype=torch.float64) / 0.95)
+    full = sampling_probabilities(logits, top_p=1.0, temperature=1.0)
+    assert torch.allclose(full, probs)
+
+
+def test_temperature_scales_the_logits():
+    logits = torch.tensor([[1.0, 2.0, -0.5, 0.3]])
+    for temperature in (0.5, 1.0, 2.0):
+        got = sampling_probabilities(logits, top_p=1.0, temperature=temperature)
+        expected = torch.softmax(logits.double() / temperature, dim=-1)
+        assert torch.allclose(got, expected)
+    # a higher temperature flattens the distribution (higher entropy)
+    entropy = [-(p * p.log()).sum() for p in (sampling_probabilities(logits, 1.0, t) for t in (0.5, 2.0))]
+    assert entropy[1] > entropy[0]
+
+
+def test_tiny_top_p_is_argmax():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(16, 50, generator=generator)  # (B, V)
+    for _ in range(5):
+        drawn = sample_next(logits, top_p=1e-6, temperature=1.5, generator=generator)
+        assert torch.equal(drawn, logits.argmax(dim=-1))
+
+
+def test_masked_tokens_are_never_sampled():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.zeros(1, 10)
+    logits[0, 3] = 20.0  # by far the most likely, but forbidden
+    allowed = torch.ones(1, 10, dtype=torch.bool)
+    allowed[0, 3] = False
+    allowed[0, 7] = False
+    draws = [int(sample_next(logits, 1.0, 1.0, allowed, generator)) for _ in range(300)]
+    assert not {3, 7} & set(draws)
+    assert len(set(draws)) == 8  # every allowed token shows up with equal-ish probability
+    probs = sampling_probabilities(logits, 1.0, 1.0, allowed)
+    assert float(probs[0, 3]) == 0.0 and math.isclose(float(probs.sum()), 1.0)
+
+
+def test_grammar_dead_end_is_an_error():
+    with pytest.raises(GrammarDeadEnd):
+        sample_next(torch.zeros(1, 4), allowed=torch.zeros(1, 4, dtype=torch.bool))
+
+
+def test_sampling_config_validates():
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingConfig(temperature=0.0)
+
+
+# ------------------------------------------------------------------------------ decoding
+def test_constrained_generation_follows_the_grammar(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    prompt = [tokenizer.bar_id]
+    result = generate(model, tokenizer, prompt, 60, SamplingConfig(top_p=1.0, temperature=1.5),
+                      generator=torch.Generator().manual_seed(1))
+    assert result.tokens[:1] == prompt and result.prompt_len == 1
+    assert 1 <= len(result.generated) <= 60
+    state = tokenizer.constraint_state()
+    for token in result.tokens:
+        assert state.allowed()[token], tokenizer.vocab.token(token)
+        state.advance(token)
+    assert tokenizer.pad_id not in result.tokens
+    assert result.stopped_at_eos == (result.tokens[-1] == tokenizer.eos_id)
+
+
+def test_decoding_is_reproducible_and_uses_one_code_for_the_whole_length(tokenizer):
+    """Replaying the draws on a parallel forward with the same code gives the same tokens."""
+    model = tiny_model(tokenizer.vocab_size)
+    prompt = [tokenizer.bar_id, tokenizer.vocab["Beat_0"]]
+    sampling = SamplingConfig(top_p=0.95, temperature=1.0, constrained=False)
+    result = generate(model, tokenizer, prompt, 40, sampling, generator=torch.Generator().manual_seed(3))
+    again = generate(model, tokenizer, prompt, 40, sampling, generator=torch.Generator().manual_seed(3))
+    assert result.tokens == again.tokens
+    assert result.code_length == len(prompt) + 40
+
+    generator = torch.Generator().manual_seed(3)
+    code = model.draw_positional_code(result.code_length, generator=generator)
+    with torch.no_grad():
+        logits = model(torch.tensor([result.tokens]), positional_code=code)[0]  # (N, V)
+    replay = list(prompt)
+    for position in range(len(prompt) - 1, len(result.tokens) - 1):
+        replay.append(int(sample_next(logits[position:position + 1], sampling.top_p, sampling.temperature,
+                                      generator=generator)))
+    assert replay == result.tokens
+
+
+def test_generation_stops_at_eos(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    with torch.no_grad():  # a model that always predicts EOS
+        model.ln_f.weight.zero_()
+        model.ln_f.bias.fill_(1.0)
+        model.head.weight.zero_()
+        model.head.weight[tokenizer.eos_id] = 10.0
+    result = generate(model, tokenizer, [tokenizer.bar_id], 50, SamplingConfig(constrained=False),
+                      generator=torch.Generator().manual_seed(0))
+    assert result.tokens == [tokenizer.bar_id, tokenizer.eos_id] and result.stopped_at_eos
+
+
+def test_stop_condition_ends_decoding(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    result = generate(model, tokenizer, [tokenizer.bar_id], 50, SamplingConfig(constrained=False),
+                      generator=torch.Generator().manual_seed(0), stop=lambda tokens: len(tokens) >= 7)
+    assert len(result.tokens) == 7 or result.stopped_at_eos
+
+
+def test_bad_requests(tokenizer):
+    model = tiny_model(tokenizer.vocab_size, pe="learned_ape", max_len=32)
+    with pytest.raises(ValueError, match="32 positions"):
+        check_length(model, 33)
+    check_length(model, 32)
+    with pytest.raises(ValueError, match="32 positions"):
+        generate(model, tokenizer, [tokenizer.bar_id] * 10, 30)
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        generate(model, tokenizer, [], 5)
+    with pytest.raises(ValueError, match="grammar"):  # a note velocity cannot open a piece
+        generate(model, tokenizer, [tokenizer.vocab["Note_Velocity_60"]], 5)
+    other = tiny_model(tokenizer.vocab_size + 3)
+    with pytest.raises(ValueError, match="tokens"):
+        generate(other, tokenizer, [tokenizer.bar_id], 5)
