@@ -22,8 +22,13 @@ from remi.vocab import chord_token
 SCORED_QUALITIES = tuple(Dechorder.chord_weights)  # chorder's scored triads, in its search order
 WEIGHTS = np.array([Dechorder.chord_weights[q] for q in SCORED_QUALITIES], dtype=np.float64)  # (Q, 12)
 REROOT_ON_BASS = {  # (detected quality, semitones from bass up to its root) -> quality rooted on the bass
-    ("o", 4): "7", ("o", 3): "o7", ("M", 3): "m7", ("m", 4): "M7", ("m", 3): "/o7",
-    ("sus2", 5): "sus4", ("sus4", 7): "sus2",
+    ("o", 4): "7",
+    ("o", 3): "o7",
+    ("M", 3): "m7",
+    ("m", 4): "M7",
+    ("m", 3): "/o7",
+    ("sus2", 5): "sus4",
+    ("sus4", 7): "sus2",
 }
 ROTATIONS = (np.arange(12)[:, None] + np.arange(12)[None, :]) % 12  # (root, interval) -> pitch class
 

@@ -40,9 +40,16 @@ class Kind(IntEnum):
 
 
 PREFIXES = {  # token-string prefix -> kind (longest match first is unnecessary: prefixes are disjoint)
-    "PAD_": Kind.PAD, "EOS_": Kind.EOS, "Bar_": Kind.BAR, "TimeSig_": Kind.TIMESIG, "Beat_": Kind.BEAT,
-    "Tempo_": Kind.TEMPO, "Chord_": Kind.CHORD, "Note_Pitch_": Kind.PITCH,
-    "Note_Velocity_": Kind.VELOCITY, "Note_Duration_": Kind.DURATION,
+    "PAD_": Kind.PAD,
+    "EOS_": Kind.EOS,
+    "Bar_": Kind.BAR,
+    "TimeSig_": Kind.TIMESIG,
+    "Beat_": Kind.BEAT,
+    "Tempo_": Kind.TEMPO,
+    "Chord_": Kind.CHORD,
+    "Note_Pitch_": Kind.PITCH,
+    "Note_Velocity_": Kind.VELOCITY,
+    "Note_Duration_": Kind.DURATION,
 }
 
 
@@ -56,7 +63,7 @@ class TokenTable:
         self.values = np.zeros(size, dtype=np.int64)  # beat index, bpm, pitch, velocity, sub-beats, meter idx
         for idx, token in enumerate(vocab.tokens):
             prefix = next(p for p in PREFIXES if token.startswith(p))
-            kind, value = PREFIXES[prefix], token[len(prefix):]
+            kind, value = PREFIXES[prefix], token[len(prefix) :]
             self.kinds[idx] = kind
             if kind == Kind.TIMESIG:
                 numerator, denominator = value.split("/")

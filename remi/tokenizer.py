@@ -162,7 +162,11 @@ class REMITokenizer(BaseTokenizer):
             if position in chord_at:
                 tokens.append(chord_at[position])
             while note < count and onsets[note] == position:
-                tokens += (PITCH_TOKENS[pitches[note]], VELOCITY_TOKENS[velocities[note]], DURATION_TOKENS[durations[note]])
+                tokens += (
+                    PITCH_TOKENS[pitches[note]],
+                    VELOCITY_TOKENS[velocities[note]],
+                    DURATION_TOKENS[durations[note]],
+                )
                 note += 1
         tokens.append("EOS_None")
         return tokens
@@ -196,7 +200,9 @@ class REMITokenizer(BaseTokenizer):
         index = int(np.clip(np.floor((bpm - TEMPI[0]) / 3 + 0.5), 0, len(TEMPI) - 1))
         return TEMPI[index]
 
-    def _bar_grid(self, midi: miditoolkit.MidiFile, last: int, stats: EncodeStats) -> tuple[np.ndarray, list[str | None]]:
+    def _bar_grid(
+        self, midi: miditoolkit.MidiFile, last: int, stats: EncodeStats
+    ) -> tuple[np.ndarray, list[str | None]]:
         """Start (sub-beat) of every bar part up to ``last``, and the TimeSig token each one carries."""
         meter_at: dict[int, tuple[int, int]] = {}
         if self.time_signatures:
@@ -204,8 +210,12 @@ class REMITokenizer(BaseTokenizer):
                 meter = nearest_meter(change.numerator, change.denominator)
                 if meter != (change.numerator, change.denominator):
                     stats.meters_remapped += 1
-                    logger.warning("time signature %d/%d is not supported; using %d/%d",
-                                   change.numerator, change.denominator, *meter)
+                    logger.warning(
+                        "time signature %d/%d is not supported; using %d/%d",
+                        change.numerator,
+                        change.denominator,
+                        *meter,
+                    )
                 meter_at[int(self._to_grid(np.int64(change.time), midi.ticks_per_beat))] = meter
         changes = sorted(meter_at.items())
         starts: list[int] = []
@@ -261,10 +271,12 @@ class REMITokenizer(BaseTokenizer):
             elif kind == Kind.TEMPO:
                 tempi.append(TempoChange(tempo=value, time=tick))
             elif kind == Kind.CHORD:
-                markers.append(Marker(text=token[len("Chord_"):], time=tick))
+                markers.append(Marker(text=token[len("Chord_") :], time=tick))
             elif kind == Kind.TIMESIG and METERS[value] != meter:
                 meter = METERS[value]
-                meters.append(TimeSignature(numerator=meter[0], denominator=meter[1], time=state.clock.start * TICKS_PER_SUB_BEAT))
+                meters.append(
+                    TimeSignature(numerator=meter[0], denominator=meter[1], time=state.clock.start * TICKS_PER_SUB_BEAT)
+                )
         skipped += pending
         if not meters or meters[0].time > 0:
             meters.insert(0, TimeSignature(numerator=DEFAULT_METER[0], denominator=DEFAULT_METER[1], time=0))
@@ -287,7 +299,9 @@ class REMITokenizer(BaseTokenizer):
         shifted = table[array]
         if (shifted < 0).any():
             bad = sorted({self.table.value_list[i] for i in array[shifted < 0].tolist()})
-            raise ValueError(f"transposing by {semitones} moves pitches {bad} outside {PITCH_RANGE[0]}..{PITCH_RANGE[1]}")
+            raise ValueError(
+                f"transposing by {semitones} moves pitches {bad} outside {PITCH_RANGE[0]}..{PITCH_RANGE[1]}"
+            )
         return shifted.tolist()
 
     def _transpose_table(self, semitones: int) -> np.ndarray:
@@ -300,7 +314,7 @@ class REMITokenizer(BaseTokenizer):
                     target = f"Note_Pitch_{self.table.value_list[idx] + semitones}"
                     table[idx] = self.vocab.ids.get(target, -1)
                 elif kind == Kind.CHORD and not token.endswith("N_N"):
-                    root, quality = token[len("Chord_"):].split("_", 1)
+                    root, quality = token[len("Chord_") :].split("_", 1)
                     shifted = CHORD_ROOTS[(CHORD_ROOTS.index(root) + semitones) % 12]
                     table[idx] = self.vocab[f"Chord_{shifted}_{quality}"]
             self._transpose_tables[semitones] = table

@@ -38,9 +38,7 @@ CHORD_QUALITIES = ("M", "m", "o", "+", "sus2", "sus4", "7", "M7", "m7", "o7", "/
 NO_CHORD = "N_N"
 
 METERS: tuple[tuple[int, int], ...] = (
-    ((2, 2), (3, 2), (4, 2))
-    + tuple((n, 4) for n in range(1, 9))
-    + tuple((n, 8) for n in range(1, 13))
+    ((2, 2), (3, 2), (4, 2)) + tuple((n, 4) for n in range(1, 9)) + tuple((n, 8) for n in range(1, 13))
 )
 
 

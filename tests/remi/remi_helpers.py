@@ -29,7 +29,9 @@ def make_midi(notes, tpq=480, tempi=(), meters=(), drums=()):
         kit.notes = [to_note(*n) for n in drums]
         midi.instruments.append(kit)
     midi.tempo_changes = [TempoChange(tempo=bpm, time=int(at * step)) for at, bpm in tempi]
-    midi.time_signature_changes = [TimeSignature(numerator=n, denominator=d, time=int(at * step)) for at, n, d in meters]
+    midi.time_signature_changes = [
+        TimeSignature(numerator=n, denominator=d, time=int(at * step)) for at, n, d in meters
+    ]
     midi.max_tick = max((n.end for n in piano.notes), default=0)
     return midi
 
@@ -39,7 +41,9 @@ def note_set(midi):
     tpq = midi.ticks_per_beat
     return sorted(
         (Fraction(n.start, tpq), Fraction(n.end - n.start, tpq), n.pitch, n.velocity)
-        for inst in midi.instruments if not inst.is_drum for n in inst.notes
+        for inst in midi.instruments
+        if not inst.is_drum
+        for n in inst.notes
     )
 
 

@@ -60,7 +60,9 @@ def test_songs_match_dechorder_dechord(midi_files, tok):
         reference = copy.deepcopy(decoded)
         reference.max_tick = int(end.max())
         chords = Dechorder.dechord(reference)
-        assert ours == [chord_token(c.root_pc, c.quality) if c.is_complete() else chord_token(None, None) for c in chords]
+        assert ours == [
+            chord_token(c.root_pc, c.quality) if c.is_complete() else chord_token(None, None) for c in chords
+        ]
 
 
 def test_chord_tokens_where_the_chord_changes(tok):

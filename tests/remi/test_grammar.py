@@ -117,11 +117,24 @@ def test_random_ids_never_crash_decoding(tok):
 
 
 def test_decoder_skips_and_counts_invalid_events(tok):
-    strings = ["Beat_3", "Bar_None", "Beat_4", "Note_Pitch_60", "Bar_None",  # Beat before Bar; unfinished note
-               "Beat_2", "Note_Pitch_62", "Note_Velocity_50", "Note_Duration_120",
-               "Beat_1",  # backwards
-               "Tempo_119",  # after a note
-               "Note_Pitch_64", "Note_Velocity_50", "Note_Duration_240", "EOS_None", "Note_Pitch_70"]
+    strings = [
+        "Beat_3",
+        "Bar_None",
+        "Beat_4",
+        "Note_Pitch_60",
+        "Bar_None",  # Beat before Bar; unfinished note
+        "Beat_2",
+        "Note_Pitch_62",
+        "Note_Velocity_50",
+        "Note_Duration_120",
+        "Beat_1",  # backwards
+        "Tempo_119",  # after a note
+        "Note_Pitch_64",
+        "Note_Velocity_50",
+        "Note_Duration_240",
+        "EOS_None",
+        "Note_Pitch_70",
+    ]
     report = tok.decode_with_report(tok.strings_to_ids(strings))
     assert report.skipped == 5
     assert [(n.pitch, n.start) for n in report.music.instruments[0].notes] == [(62, 1920 + 240), (64, 1920 + 240)]
@@ -143,7 +156,9 @@ def test_transpose_shifts_pitches_and_chord_roots(tok, chorale_midi):
                 assert qa == qb and roots.index(rb) == (roots.index(ra) + k) % 12
             else:
                 assert a == b
-        assert [(n[0], n[2] - k) for n in note_set(tok.decode(shifted))] == [(n[0], n[2]) for n in note_set(tok.decode(ids))]
+        assert [(n[0], n[2] - k) for n in note_set(tok.decode(shifted))] == [
+            (n[0], n[2]) for n in note_set(tok.decode(ids))
+        ]
 
 
 def test_transpose_refuses_to_leave_the_pitch_range(tok):

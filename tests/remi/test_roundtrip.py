@@ -26,7 +26,12 @@ def test_on_grid_piece_round_trips_exactly(tok, on_grid_midi):
     assert meter_map(decoded) == meter_map(on_grid_midi)
     assert tok.encode(decoded) == ids
     stats = tok.last_encode_stats
-    assert (stats.pitch_dropped, stats.velocity_clamped, stats.duration_clipped, stats.meter_changes_moved) == (0, 0, 0, 0)
+    assert (stats.pitch_dropped, stats.velocity_clamped, stats.duration_clipped, stats.meter_changes_moved) == (
+        0,
+        0,
+        0,
+        0,
+    )
 
 
 def test_on_grid_piece_tokens(tok, on_grid_midi):
@@ -38,7 +43,12 @@ def test_on_grid_piece_tokens(tok, on_grid_midi):
     assert len(bars) == 7
     assert strings[bars[3] + 1] == "Bar_None"  # the empty 6/8 bar
     assert [strings[i + 1] for i in bars if strings[i + 1].startswith("TimeSig")] == [
-        "TimeSig_4/4", "TimeSig_3/4", "TimeSig_6/8", "TimeSig_5/4", "TimeSig_2/2"]
+        "TimeSig_4/4",
+        "TimeSig_3/4",
+        "TimeSig_6/8",
+        "TimeSig_5/4",
+        "TimeSig_2/2",
+    ]
     first_bar = strings[: bars[1]]
     assert first_bar.count("Beat_0") == 1 and "Beat_15" in first_bar  # same onset shares its Beat
     at_zero = first_bar[first_bar.index("Beat_0") + 1 : first_bar.index("Beat_6")]
@@ -69,7 +79,9 @@ def test_real_files_onsets_within_half_sub_beat(midi_files, tok, tok_4_4, time_s
         report = tokenizer.decode_with_report(ids)
         assert report.skipped == 0
         decoded = report.music
-        want = sorted((n.pitch, Fraction(n.start, original.ticks_per_beat)) for i in original.instruments for n in i.notes)
+        want = sorted(
+            (n.pitch, Fraction(n.start, original.ticks_per_beat)) for i in original.instruments for n in i.notes
+        )
         got = sorted((n.pitch, Fraction(n.start, decoded.ticks_per_beat)) for n in decoded.instruments[0].notes)
         assert len(got) == len(want), meter
         assert [p for p, _ in got] == [p for p, _ in want]
