@@ -1,0 +1,202 @@
+"""spe-generate: sample a piece from a trained checkpoint.
+
+    spe-generate --checkpoint runs/pop_sine --out song.mid [--prompt intro.mid --prompt-bars 4]
+                 [--tokens 3072 | --bars 32] [--top-p 0.9 --temperature 1.2 --seed 0 --no-constraints]
+
+Writes song.mid, song.txt (one token per line), song.png (piano roll) and song.wav when FluidSynth and
+a General MIDI soundfont are installed (Debian/Ubuntu: `apt-get install fluidsynth fluid-soundfont-gm`).
+Decoding is recurrent (O(1) per token) with one positional code drawn for prompt + new tokens; sampling
+is grammar-constrained unless --no-constraints. Defaults of the sampling options come from the
+checkpoint's `generate` config section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from apps.cli import (AtomicOutputs, OneLineParser, checkpoint_argument, load_model, resolve_device,
+                      run_app, seeded_generator)
+from apps.pianoroll import roll_notes, save_pianoroll
+from apps.sampling import GenerationResult, SamplingConfig, generate
+
+logger = logging.getLogger(__name__)
+
+SOUNDFONTS = (Path("/usr/share/sounds/sf2/FluidR3_GM.sf2"), Path("/usr/share/sounds/sf2/default-GM.sf2"))
+MIDI_SUFFIXES = (".mid", ".midi")
+BAR_CHECK_EVERY = 16  # tokens between two checks of the --bars stop condition
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="spe-generate", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    checkpoint_argument(parser)
+    parser.add_argument("--out", default="song.mid", help="output MIDI (.txt/.png/.wav written beside)")
+    parser.add_argument("--prompt", default=None, help="MIDI file whose first bars prompt the model")
+    parser.add_argument("--prompt-bars", type=int, default=4, help="bars of --prompt to keep")
+    parser.add_argument("--tokens", type=int, default=None,
+                        help="new tokens to generate (default: the checkpoint's generate.tokens); "
+                             "with --bars, the token budget")
+    parser.add_argument("--bars", type=int, default=None, help="stop after this many new bars")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: config)")
+    parser.add_argument("--temperature", type=float, default=None, help="softmax temperature (default: config)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: config)")
+    parser.add_argument("--no-constraints", action="store_true", help="do not mask ungrammatical tokens")
+    parser.add_argument("--soundfont", default=None, help="General MIDI .sf2 for the WAV rendering")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script spe-generate; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    return run_app("spe-generate", lambda: run(args))
+
+
+def run(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    if out.suffix.lower() not in MIDI_SUFFIXES:
+        raise ValueError(f"--out must name a .mid file, got {out}")
+    for name in ("tokens", "bars", "prompt_bars"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.prompt is not None and not Path(args.prompt).is_file():
+        raise ValueError(f"prompt file not found: {args.prompt}")
+    device = resolve_device(args.device)
+    ckpt = load_model(args.checkpoint, device)
+    defaults = ckpt.config.generate
+    tokenizer = ckpt.tokenizer
+    sampling = SamplingConfig(
+        top_p=defaults.top_p if args.top_p is None else args.top_p,
+        temperature=defaults.temperature if args.temperature is None else args.temperature,
+        constrained=defaults.constrained and not args.no_constraints)
+    budget = defaults.tokens if args.tokens is None else args.tokens
+    seed = defaults.seed if args.seed is None else args.seed
+
+    if args.prompt is not None:
+        prompt = prompt_ids(tokenizer, args.prompt, args.prompt_bars)
+    else:
+        prompt = start_ids(tokenizer)
+    bars_from = len(prompt) if args.prompt is not None else 0
+    stop = None if args.bars is None else bar_stop(tokenizer, bars_from, args.bars)
+    logger.info("generating up to %d tokens after a %d-token prompt (top_p=%g, temperature=%g, %s, "
+                "seed %d)", budget, len(prompt), sampling.top_p, sampling.temperature,
+                "constrained" if sampling.constrained else "unconstrained", seed)
+    result = generate(ckpt.model, tokenizer, prompt, budget, sampling,
+                      generator=seeded_generator(seed, device), progress=not args.no_progress, stop=stop)
+    if args.bars is not None:
+        result = keep_bars(tokenizer, result, bars_from, args.bars)
+    write_piece(tokenizer, result, out, soundfont=args.soundfont)
+
+
+def start_ids(tokenizer: Any) -> list[int]:
+    """What an unprompted piece starts with: the format's start token, else a bar line."""
+    for name in ("bos_id", "start_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            return [value]
+    if "Bar_None" in tokenizer.vocab:
+        return [tokenizer.vocab["Bar_None"]]
+    raise ValueError(f"{type(tokenizer).__name__} has no start or bar token to begin a piece with")
+
+
+def prompt_ids(tokenizer: Any, path: str | Path, bars: int) -> list[int]:
+    """The ids of the first `bars` bars of a MIDI file (TokenizationError on a bad file)."""
+    ids = [int(i) for i in tokenizer.encode(Path(path))]
+    while ids and ids[-1] == tokenizer.eos_id:
+        ids.pop()
+    starts = tokenizer.bar_starts(ids)
+    if len(starts) > bars:
+        ids = ids[:starts[bars]]
+    else:
+        logger.info("prompt %s has %d bars (< %d): using all of it", path, len(starts), bars)
+    if not ids:
+        raise ValueError(f"{path}: the prompt has no tokens")
+    return ids
+
+
+def count_bars(tokenizer: Any, tokens: list[int], start: int) -> list[int]:
+    """Indices >= start where a bar starts."""
+    return [i for i in tokenizer.bar_starts(tokens) if i >= start]
+
+
+def bar_stop(tokenizer: Any, start: int, bars: int) -> Callable[[list[int]], bool]:
+    """Stop condition: more than `bars` bars begin at or after index `start` (checked every few tokens)."""
+    def stop(tokens: list[int]) -> bool:
+        return len(tokens) % BAR_CHECK_EVERY == 0 and len(count_bars(tokenizer, tokens, start)) > bars
+    return stop
+
+
+def keep_bars(tokenizer: Any, result: GenerationResult, start: int, bars: int) -> GenerationResult:
+    """The result cut just before bar number bars + 1 (counted from index `start`)."""
+    starts = count_bars(tokenizer, result.tokens, start)
+    if len(starts) <= bars:
+        if not result.stopped_at_eos:
+            logger.warning("the token budget ran out after %d of %d bars (raise --tokens)",
+                           len(starts), bars)
+        return result
+    cut = max(starts[bars], result.prompt_len)
+    return GenerationResult(tokens=result.tokens[:cut], prompt_len=result.prompt_len,
+                            stopped_at_eos=False, seconds=result.seconds, code_length=result.code_length)
+
+
+def write_midi(music: Any, path: Path) -> None:
+    """A decoded piece (miditoolkit.MidiFile or muspy.Music) as a MIDI file."""
+    if hasattr(music, "dump"):
+        music.dump(str(path))
+    elif hasattr(music, "write_midi"):
+        music.write_midi(str(path))
+    else:
+        raise TypeError(f"cannot write a {type(music).__name__} as MIDI")
+
+
+def write_piece(tokenizer: Any, result: GenerationResult, out: Path, soundfont: str | None = None) -> None:
+    """Write out (.mid), .txt, .png and, when possible, .wav; all or none of them."""
+    report = tokenizer.decode_with_report(result.tokens)
+    if report.skipped:
+        logger.warning("%d invalid events were skipped while decoding", report.skipped)
+    prompt_notes = roll_notes(tokenizer.decode(result.tokens[:result.prompt_len]))
+    prompt_end = max((n.end for n in prompt_notes), default=None)
+    title = (f"{out.stem}: {len(result.generated)} tokens after a {result.prompt_len}-token prompt"
+             + (" (EOS)" if result.stopped_at_eos else ""))
+    with AtomicOutputs() as outputs:
+        midi_path = outputs.temp(out)
+        write_midi(report.music, midi_path)
+        text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
+        outputs.temp(out.with_suffix(".txt")).write_text(text)
+        save_pianoroll(report.music, outputs.temp(out.with_suffix(".png")), title, prompt_end)
+        render_wav(midi_path, out.with_suffix(".wav"), outputs, soundfont)
+
+
+def find_soundfont(explicit: str | None) -> Path | None:
+    """The --soundfont file, else a Debian General MIDI soundfont when installed."""
+    if explicit is not None:
+        if not Path(explicit).is_file():
+            raise ValueError(f"soundfont not found: {explicit}")
+        return Path(explicit)
+    return next((path for path in SOUNDFONTS if path.is_file()), None)
+
+
+def render_wav(midi: Path, wav: Path, outputs: AtomicOutputs, soundfont: str | None) -> None:
+    """Render the MIDI with FluidSynth when it and a soundfont are installed; else log a line."""
+    program = shutil.which("fluidsynth")
+    font = find_soundfont(soundfont)
+    if program is None or font is None:
+        logger.info("WAV skipped: needs `fluidsynth` and a General MIDI soundfont "
+                    "(apt-get install fluidsynth fluid-soundfont-gm)")
+        return
+    temp = outputs.temp(wav)
+    command = [program, "-ni", "-F", str(temp), "-r", "44100", str(font), str(midi)]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0 or not temp.exists():
+        outputs.discard(wav)
+        logger.warning("WAV skipped: fluidsynth failed: %s", completed.stderr.strip()[-200:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""Piano-roll pictures of decoded pieces (matplotlib, Agg backend: no display needed).
+
+Accepts what the tokenizers decode to: a `miditoolkit.MidiFile` (REMI) or a `muspy.Music` (groove).
+One colour per track, time in beats, an optional dashed line where the prompt ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib.patches import Rectangle  # noqa: E402
+
+
+@dataclass
+class RollNote:
+    track: str  # track label (instrument name or program)
+    start: float  # onset in beats
+    end: float  # offset in beats
+    pitch: int  # MIDI pitch
+    velocity: int  # MIDI velocity 0..127
+
+
+def roll_notes(music: Any) -> list[RollNote]:
+    """The notes of a miditoolkit.MidiFile or muspy.Music, times in beats."""
+    if hasattr(music, "instruments") and hasattr(music, "ticks_per_beat"):  # miditoolkit
+        per_beat = float(music.ticks_per_beat)
+        return [RollNote(_label(inst.name, inst.program, inst.is_drum), n.start / per_beat,
+                         n.end / per_beat, n.pitch, n.velocity)
+                for inst in music.instruments for n in inst.notes]
+    if hasattr(music, "tracks") and hasattr(music, "resolution"):  # muspy
+        per_beat = float(music.resolution)
+        return [RollNote(_label(track.name, track.program, track.is_drum), n.time / per_beat,
+                         (n.time + n.duration) / per_beat, n.pitch,
+                         64 if n.velocity is None else n.velocity)
+                for track in music.tracks for n in track.notes]
+    raise TypeError(f"cannot draw a piano roll of a {type(music).__name__}")
+
+
+def _label(name: str | None, program: int, is_drum: bool) -> str:
+    return name or ("drums" if is_drum else f"program {program}")
+
+
+def save_pianoroll(music: Any, path: str | Path, title: str = "",
+                   prompt_end_beat: float | None = None) -> None:
+    """Draw the piece's notes as a piano roll into an image file (format from the suffix)."""
+    notes = roll_notes(music)
+    tracks = sorted({n.track for n in notes})
+    colours = {track: plt.get_cmap("tab10")(i % 10) for i, track in enumerate(tracks)}
+    length = max((n.end for n in notes), default=4.0)
+    figure, axes = plt.subplots(figsize=(min(4.0 + length / 8.0, 40.0), 5.0))
+    for note in notes:
+        alpha = 0.35 + 0.65 * note.velocity / 127.0
+        axes.add_patch(Rectangle((note.start, note.pitch - 0.4), max(note.end - note.start, 0.05),
+                                 0.8, color=colours[note.track], alpha=alpha, linewidth=0))
+    low = min((n.pitch for n in notes), default=48)
+    high = max((n.pitch for n in notes), default=72)
+    axes.set_xlim(0.0, max(length, 1.0))
+    axes.set_ylim(low - 2, high + 2)
+    for bar in range(0, int(length) + 1, 4):
+        axes.axvline(bar, color="0.85", linewidth=0.5, zorder=0)
+    if prompt_end_beat is not None:
+        axes.axvline(prompt_end_beat, color="black", linestyle="--", linewidth=1.0, label="end of prompt")
+    handles = [Rectangle((0, 0), 1, 1, color=colours[t]) for t in tracks]
+    if handles:
+        axes.legend(handles, tracks, loc="upper right", fontsize="small")
+    axes.set_xlabel("beats")
+    axes.set_ylabel("MIDI pitch")
+    axes.set_title(title or f"{len(notes)} notes")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

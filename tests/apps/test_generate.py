@@ -1,0 +1,197 @@
+"""spe-generate end to end on tiny random checkpoints: outputs, grammar, prompts, bad input."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import miditoolkit
+import pytest
+import torch
+
+from apps.checkpoint import save_checkpoint
+from apps.config import RunConfig
+from apps.generate import main
+from groove import GrooveTokenizer
+from model import MusicPerformer
+from remi import REMITokenizer
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids thread-synchronisation overhead on loaded CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", max_len: int = 256, tokens: int = 40,
+              data: dict | None = None, always: str | None = None) -> Path:
+    """A random-weight 2-layer model saved as a checkpoint of run_dir; returns run_dir.
+
+    always: a token the model then predicts with certainty, whatever the input.
+    """
+    model = {"n_layer": 2, "n_head": 2, "d_model": 16, "d_ff": 32, "dropout": 0.0, "pe": pe,
+             "num_realizations": 8, "num_sines": 2, "kernel_size": 8, "feature_dims": 16,
+             "attention": "torch", "max_len": max_len}
+    config = RunConfig.from_dict({"model": model, "data": data or {"crop_len": 32},
+                                  "generate": {"tokens": tokens}})
+    torch.manual_seed(0)
+    network = MusicPerformer(config.model_config(tokenizer.vocab_size))
+    if always is not None:
+        with torch.no_grad():
+            network.ln_f.weight.zero_()
+            network.ln_f.bias.fill_(1.0)
+            network.head.weight.zero_()
+            network.head.weight[tokenizer.vocab[always]] = 10.0
+    save_checkpoint(run_dir, model=network, tokenizer=tokenizer, config=config, step=3)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def remi():
+    return REMITokenizer()
+
+
+@pytest.fixture(scope="module")
+def remi_run(tmp_path_factory, remi) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("remi_run"), remi)
+
+
+def read_tokens(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def assert_one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("spe-generate: error: ")
+    return err[0]
+
+
+def test_generation_writes_midi_tokens_and_pianoroll(remi_run, remi, tmp_path):
+    out = tmp_path / "song.mid"
+    assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "40", "--seed", "1",
+                 "--no-progress"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["song.mid", "song.png", "song.txt"]
+    assert (tmp_path / "song.png").read_bytes()[:8] == PNG_MAGIC
+    tokens = read_tokens(tmp_path / "song.txt")
+    assert tokens[0] == "Bar_None" and 2 <= len(tokens) <= 41
+    state = remi.constraint_state()  # the sampled sequence is grammatical
+    for token in remi.strings_to_ids(tokens):
+        assert state.allowed()[token], remi.vocab.token(token)
+        state.advance(token)
+    midi = miditoolkit.MidiFile(str(out))  # a readable MIDI file with the decoded notes
+    decoded = remi.decode(remi.strings_to_ids(tokens))
+    def sounding(music):  # MIDI cannot hold zero-length notes (Note_Duration_0)
+        return sorted((n.start, n.end, n.pitch) for i in music.instruments for n in i.notes if n.end > n.start)
+
+    assert sounding(midi) == sounding(decoded)
+
+
+def test_same_seed_same_piece(remi_run, tmp_path):
+    for name in ("a", "b"):
+        assert main(["--checkpoint", str(remi_run), "--out", str(tmp_path / name / "s.mid"), "--tokens", "25",
+                     "--seed", "7", "--no-progress"]) == 0
+    assert (tmp_path / "a" / "s.txt").read_text() == (tmp_path / "b" / "s.txt").read_text()
+
+
+def test_prompt_continuation_keeps_the_prompt(remi_run, remi, chorale_midi, tmp_path):
+    out = tmp_path / "cont.mid"
+    assert main(["--checkpoint", str(remi_run), "--out", str(out), "--prompt", str(chorale_midi),
+                 "--prompt-bars", "2", "--tokens", "20", "--no-progress"]) == 0
+    ids = remi.encode(chorale_midi)
+    prompt = remi.tokens_to_strings(ids[:remi.bar_starts(ids)[2]])
+    tokens = read_tokens(tmp_path / "cont.txt")
+    assert tokens[:len(prompt)] == prompt
+    assert len(prompt) < len(tokens) <= len(prompt) + 20
+
+
+def test_bars_limit_the_new_bars(remi, chorale_midi, tmp_path):
+    run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")  # a model that only writes bar lines
+    out = tmp_path / "bars.mid"
+    assert main(["--checkpoint", str(run), "--out", str(out), "--prompt", str(chorale_midi),
+                 "--prompt-bars", "1", "--bars", "3", "--tokens", "100", "--no-progress",
+                 "--no-constraints"]) == 0
+    ids = remi.encode(chorale_midi)
+    prompt = remi.tokens_to_strings(ids[:remi.bar_starts(ids)[1]])
+    assert read_tokens(tmp_path / "bars.txt") == prompt + ["Bar_None"] * 3
+
+
+def test_groove_checkpoint_writes_midi_via_muspy(tmp_path):
+    run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
+    out = tmp_path / "groove.mid"
+    assert main(["--checkpoint", str(run), "--out", str(out), "--tokens", "30", "--no-progress"]) == 0
+    assert read_tokens(tmp_path / "groove.txt")[0] == "Start_None"
+    miditoolkit.MidiFile(str(out))
+    assert (tmp_path / "groove.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_wav_is_rendered_when_fluidsynth_is_found(remi_run, tmp_path, monkeypatch):
+    """A stand-in `fluidsynth` on PATH checks the wiring (arguments, temp file, rename)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "fluidsynth"
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != "-F" ]; do shift; done\nprintf RIFF > "$2"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    soundfont = tmp_path / "gm.sf2"
+    soundfont.write_bytes(b"sf2")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "out" / "song.mid"
+    assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress",
+                 "--soundfont", str(soundfont)]) == 0
+    assert (out.parent / "song.wav").read_bytes() == b"RIFF"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["song.mid", "song.png", "song.txt", "song.wav"]
+
+
+@pytest.mark.parametrize("case", ["missing_checkpoint", "not_a_checkpoint", "missing_prompt", "bad_prompt",
+                                  "bad_out", "zero_tokens", "too_long", "bad_option"])
+def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_path, capsys):
+    out = tmp_path / "out" / "song.mid"
+    args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
+    if case == "missing_checkpoint":
+        args[1] = str(tmp_path / "nowhere")
+    elif case == "not_a_checkpoint":
+        (tmp_path / "junk" / "checkpoints").mkdir(parents=True)
+        (tmp_path / "junk" / "checkpoints" / "latest").write_text("step_000001\n")
+        args[1] = str(tmp_path / "junk")
+    elif case == "missing_prompt":
+        args += ["--prompt", str(tmp_path / "absent.mid")]
+    elif case == "bad_prompt":
+        (tmp_path / "bad.mid").write_text("this is not a MIDI file")
+        args += ["--prompt", str(tmp_path / "bad.mid")]
+    elif case == "bad_out":
+        args[3] = str(tmp_path / "out" / "song.wav")
+    elif case == "zero_tokens":
+        args[5] = "0"
+    elif case == "too_long":
+        args[1] = str(save_tiny(tmp_path / "ape_run", remi, pe="learned_ape", max_len=16))
+        args[5] = "30"
+    elif case == "bad_option":
+        args += ["--top-p", "lots"]
+    try:
+        status = main(args)
+    except SystemExit as exit:  # argparse's own usage errors
+        status = exit.code
+    assert status != 0
+    message = assert_one_error_line(capsys)
+    if case == "too_long":
+        assert "16 positions" in message
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_failure_while_writing_leaves_no_partial_files(remi_run, tmp_path, capsys, monkeypatch):
+    import apps.generate
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(apps.generate, "save_pianoroll", broken)
+    out = tmp_path / "out" / "song.mid"
+    assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]) == 1
+    assert "disk full" in assert_one_error_line(capsys)
+    assert list((tmp_path / "out").iterdir()) == []
