@@ -58,7 +58,7 @@ def is_drum_track(inst: miditoolkit.Instrument) -> bool:
 
 
 def is_bass_track(inst: miditoolkit.Instrument) -> bool:
-    return not is_drum_track(inst) and (inst.program in BASS_PROGRAMS or "bass" in (inst.name or "").lower())
+    return not is_drum_track(inst) and (int(inst.program) in BASS_PROGRAMS or "bass" in (inst.name or "").lower())
 
 
 def quantise(tick: int, ticks_per_beat: int) -> int:

@@ -34,7 +34,19 @@ from groove.roles import (
     GroovePiece,
     piece_from_midi,
 )
-from groove.vocab import END, NOTE_OFF, NOTE_ON, START, TIME_SHIFT, TokenTables, format_tokens, note_token, shift_token, shift_target, shifts_between
+from groove.vocab import (
+    END,
+    NOTE_OFF,
+    NOTE_ON,
+    START,
+    TIME_SHIFT,
+    TokenTables,
+    format_tokens,
+    note_token,
+    shift_target,
+    shift_token,
+    shifts_between,
+)
 from tokenization import BaseTokenizer, TokenizationError, load_midi, source_name
 
 DECODE_PROGRAMS = (33, 0, 0)  # GM program of the decoded bass, drums, accompaniment tracks
@@ -67,7 +79,8 @@ def notes_to_music(notes: Iterable[ClosedNote]) -> muspy.Music:
         for role, (name, program) in enumerate(zip(TRACKS, DECODE_PROGRAMS))
     ]
     for n in sorted(notes, key=lambda n: (n.start, n.track, n.pitch)):
-        tracks[n.track].notes.append(muspy.Note(time=n.start, pitch=n.pitch, duration=n.end - n.start, velocity=DECODE_VELOCITY))
+        note = muspy.Note(time=n.start, pitch=n.pitch, duration=n.end - n.start, velocity=DECODE_VELOCITY)
+        tracks[n.track].notes.append(note)
     return muspy.Music(
         resolution=TICKS_PER_BEAT,
         tempos=[muspy.Tempo(time=0, qpm=DECODE_QPM)],
@@ -153,11 +166,15 @@ class GrooveTokenizer(BaseTokenizer):
             raise TokenizationError(name, "no notes")
         return piece
 
-    def augment(self, source: Any, rng: np.random.Generator, settings: Augmentation | None = None) -> AugmentedPiece:
+    def augment(
+        self, source: Any, rng: np.random.Generator, settings: Augmentation | None = None
+    ) -> AugmentedPiece:
         """One draw of the training augmentation (``groove.augment``) of a source or a parsed piece."""
         return augment(self.parse(source), rng, settings or Augmentation())
 
-    def encode_augmented(self, source: Any, rng: np.random.Generator, settings: Augmentation | None = None) -> list[int]:
+    def encode_augmented(
+        self, source: Any, rng: np.random.Generator, settings: Augmentation | None = None
+    ) -> list[int]:
         """Token ids of one augmentation draw: random accompaniment, skipped bars, dropped tracks, transposition."""
         return self.strings_to_ids(tracks_to_tokens(self.augment(source, rng, settings).tracks))
 

@@ -113,14 +113,18 @@ def drum_track(bars: int, rng: np.random.Generator) -> tuple[list[tuple[int, int
     return [(s, p, int(np.clip(v + j, 1, 127))) for (s, p, v), j in zip(hits, jitter)], f"{kick}/{snare}/{hat}"
 
 
-def _instrument(name: str, program: int, notes: list[GridNote], velocity: int, is_drum: bool = False):
+def _instrument(
+    name: str, program: int, notes: list[GridNote], velocity: int = 64, is_drum: bool = False
+) -> miditoolkit.Instrument:
     inst = miditoolkit.Instrument(program=program, is_drum=is_drum, name=name)
     scale = MIDI_TICKS_PER_BEAT // TICKS_PER_BEAT
     inst.notes = [miditoolkit.Note(velocity=velocity, pitch=p, start=s * scale, end=e * scale) for s, e, p in notes]
     return inst
 
 
-def write_trio(path: Path, bass: list[GridNote], upper: list[GridNote], rng: np.random.Generator) -> tuple[str, str, int]:
+def write_trio(
+    path: Path, bass: list[GridNote], upper: list[GridNote], rng: np.random.Generator
+) -> tuple[str, str, int]:
     """Write one 3-track MIDI file; returns (accompaniment name, drum template, bars)."""
     end = max(n[1] for n in bass + upper)
     bars = -(-end // TICKS_PER_BAR)
@@ -129,13 +133,11 @@ def write_trio(path: Path, bass: list[GridNote], upper: list[GridNote], rng: np.
     midi = miditoolkit.MidiFile(ticks_per_beat=MIDI_TICKS_PER_BEAT)
     midi.tempo_changes = [miditoolkit.TempoChange(QPM, 0)]
     midi.time_signature_changes = [miditoolkit.TimeSignature(BEATS_PER_BAR, 4, 0)]
-    drums = _instrument("BB Drums", 0, [], 0, is_drum=True)
-    scale = MIDI_TICKS_PER_BEAT // TICKS_PER_BEAT
     velocity = {(s, p): v for s, p, v in hits}  # a later hit at the same tick and pitch wins
-    drums.notes = [
-        miditoolkit.Note(velocity=velocity[(s, p)], pitch=p, start=s * scale, end=e * scale)
-        for s, e, p in clean_notes([(s, s + DRUM_HIT_TICKS, p) for s, p in velocity])
-    ]
+    drums = _instrument("BB Drums", 0, clean_notes([(s, s + DRUM_HIT_TICKS, p) for s, p in velocity]), is_drum=True)
+    scale = MIDI_TICKS_PER_BEAT // TICKS_PER_BEAT
+    for note in drums.notes:
+        note.velocity = velocity[(note.start // scale, note.pitch)]
     midi.instruments = [_instrument("BB Bass", 33, bass, 90), drums, _instrument(acc_name, acc_program, upper, 75)]
     midi.dump(str(path))
     return acc_name, template, bars

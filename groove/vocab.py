@@ -42,7 +42,9 @@ def shift_token(beats: int, offset: int) -> str:
 
 def format_tokens() -> list[str]:
     """The format's tokens without the special tokens, in vocabulary order."""
-    tokens = [note_token(kind, t, p) for kind in ("NoteOn", "NoteOff") for t in range(len(TRACKS)) for p in range(NUM_PITCHES)]
+    tokens = [
+        note_token(kind, t, p) for kind in ("NoteOn", "NoteOff") for t in range(len(TRACKS)) for p in range(NUM_PITCHES)
+    ]
     return tokens + [shift_token(b, o) for b, o in TIME_SHIFTS]
 
 

@@ -81,9 +81,10 @@ def test_matches_numpy_histogram2d():
 
 
 def test_similarity():
-    a = make_music({"piano": [(0, 12, 60), (12, 18, 64), (18, 24, 67), (24, 48, 72)]})
-    transposed = make_music({"piano": [(s, e, p + 5) for s, e, p in [(0, 12, 60), (12, 18, 64), (18, 24, 67), (24, 48, 72)]]})
-    next_bar = make_music({"piano": [(s + 48, e + 48, p) for s, e, p in [(0, 12, 60), (12, 18, 64), (18, 24, 67), (24, 48, 72)]]})
+    notes = [(0, 12, 60), (12, 18, 64), (18, 24, 67), (24, 48, 72)]
+    a = make_music({"piano": notes})
+    transposed = make_music({"piano": [(s, e, p + 5) for s, e, p in notes]})
+    next_bar = make_music({"piano": [(s + 48, e + 48, p) for s, e, p in notes]})
     other = make_music({"piano": [(3, 4, 60), (9, 10, 61), (40, 41, 80)]})
     for metric in ("onset_duration", "time_pitch"):
         assert style_similarity(a, a, metric) == pytest.approx(1.0)
@@ -110,7 +111,7 @@ def test_continuation_similarity_by_quarter():
     y = [(0, 3, 50), (3, 6, 62), (6, 9, 50), (9, 12, 62), (36, 48, 55)]
     reference = make_music({"piano": [(s + 48 * b, e + 48 * b, p) for b in range(8) for s, e, p in x]})
     bars = [x, x, y, y]
-    continuation = make_music({"piano": [(s + 48 * b, e + 48 * b, p) for b, notes in enumerate(bars) for s, e, p in notes]})
+    continuation = make_music({"piano": [(s + 48 * b, e + 48 * b, p) for b, bar in enumerate(bars) for s, e, p in bar]})
     x_alone, y_alone = make_music({"piano": x}), make_music({"piano": y})
     for metric in ("onset_duration", "time_pitch"):
         values = continuation_similarity(continuation, reference, metric)
