@@ -165,7 +165,12 @@ class BaseTokenizer(ABC):
         return [self.vocab.token(int(i)) for i in ids]
 
     def strings_to_ids(self, tokens: Iterable[str]) -> list[int]:
-        return [self.vocab[t] for t in tokens]
+        tokens = list(tokens)
+        ids = self.vocab.ids
+        try:
+            return [ids[t] for t in tokens]
+        except KeyError:
+            return [self.vocab[t] for t in tokens]  # re-run for the error message naming the token
 
     # ---------------------------------------------------------- persistence
     def to_dict(self) -> dict[str, Any]:
