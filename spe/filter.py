@@ -44,8 +44,9 @@ class SPEFilter(nn.Module):
         qbar, kbar = code
         self._check(queries, keys, qbar, kbar)
         size = queries.shape[1:-2]
-        crop = (0, *(slice(0, s) for s in size))
-        qbar, kbar = qbar[crop], kbar[crop]                             # (*size, H, D, R)
+        if tuple(qbar.shape[1:-3]) != tuple(size):  # crop only when needed: its backward writes a full-size zero grad
+            crop = (slice(None), *(slice(0, s) for s in size))
+            qbar, kbar = qbar[crop], kbar[crop]                         # (1, *size, H, D, R)
         positions = math.prod(size)
         flat = (queries.shape[0], positions, *queries.shape[-2:])
         code_flat = (positions, *qbar.shape[-3:])
