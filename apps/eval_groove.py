@@ -1,0 +1,139 @@
+"""Style consistency of groove continuations (paper Fig. 5; Cífka et al. style similarities).
+
+For each held-out piece: its first bars are the prompt, the model continues it (recurrently, grammar
+constrained) up to a total length in tokens, the continuation is cut into 4 quarters of equal duration
+and each quarter is compared with the whole reference piece by the two style similarities of
+`groove.metrics` (onset-duration and time-pitch profiles, cosine similarity).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from apps.cli import AtomicOutputs
+from apps.sampling import SamplingConfig, generate
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SimilarityRow:
+    model: str  # label of the checkpoint
+    piece: str  # name of the held-out piece that gave the prompt
+    metric: str  # onset_duration or time_pitch
+    quarter: int  # 1..4: which quarter of the continuation
+    similarity: float  # cosine similarity of the quarter's style profile to the reference's
+
+
+def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: Sequence[str],
+                    args: argparse.Namespace) -> list[SimilarityRow]:
+    """Similarity rows of one model over the held-out pieces (pieces too short are skipped)."""
+    tokenizer, model = ckpt.tokenizer, ckpt.model
+    sampling = SamplingConfig(top_p=args.top_p, temperature=args.temperature, constrained=True)
+    generator = torch.Generator(device=model.head.weight.device).manual_seed(args.seed)
+    rows = []
+    for piece, name in tqdm(list(zip(pieces, names)), desc=f"continuing ({label})", unit="piece",
+                            disable=args.no_progress):
+        ids = [int(i) for i in piece]
+        starts = tokenizer.bar_starts(ids)
+        if len(starts) <= args.prompt_bars or starts[args.prompt_bars] >= args.tokens:
+            logger.info("skipped %s: fewer than %d bars within %d tokens", name, args.prompt_bars + 1,
+                        args.tokens)
+            continue
+        prompt = ids[:starts[args.prompt_bars]]
+        result = generate(model, tokenizer, prompt, args.tokens - len(prompt), sampling, generator)
+        for metric, values in score_continuation(tokenizer, result.tokens, len(prompt), ids).items():
+            rows += [SimilarityRow(label, name, metric, q + 1, float(v)) for q, v in enumerate(values)]
+    if not rows:
+        raise ValueError(f"no held-out piece has more than {args.prompt_bars} bars within {args.tokens} tokens")
+    return rows
+
+
+def score_continuation(tokenizer: Any, tokens: Sequence[int], prompt_len: int, reference: Sequence[int]
+                       ) -> dict[str, np.ndarray]:
+    """{metric: (4,) similarities} of the part of `tokens` after the prompt to the whole reference."""
+    from groove.metrics import METRICS, continuation_similarity
+
+    music = tokenizer.decode(tokens)
+    start = prompt_end_tick(tokenizer, tokens[:prompt_len])  # the continuation's notes start there
+    if not any(n.time >= start for t in music.tracks for n in t.notes):
+        logger.info("a continuation has no notes; its similarities are 0")
+        return {metric: np.zeros(4) for metric in METRICS}
+    piece = tokenizer.decode(reference)
+    return {metric: continuation_similarity(music, piece, metric, start=start) for metric in METRICS}
+
+
+def prompt_end_tick(tokenizer: Any, prompt: Sequence[int]) -> int:
+    """The time (ticks) reached after the prompt, read from the grammar state."""
+    state = tokenizer.constraint_state()
+    for token in prompt:
+        state.advance(token)
+    return int(state.time)
+
+
+def summary_markdown(rows: Sequence[SimilarityRow]) -> str:
+    """Mean (and standard deviation) similarity per model, metric and quarter."""
+    keys = sorted({(r.model, r.metric) for r in rows})
+    lines = ["| model | metric | quarter 1 | quarter 2 | quarter 3 | quarter 4 | pieces |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for model, metric in keys:
+        cells = []
+        for quarter in range(1, 5):
+            values = [r.similarity for r in rows if (r.model, r.metric, r.quarter) == (model, metric, quarter)]
+            cells.append(f"{np.mean(values):.3f} ± {np.std(values):.3f}")
+        count = len({r.piece for r in rows if (r.model, r.metric) == (model, metric)})
+        lines.append(f"| {model} | {metric} | " + " | ".join(cells) + f" | {count} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_groove_outputs(rows: Sequence[SimilarityRow], out_dir: Path) -> str:
+    """groove_similarity.csv, .png and .md; returns the markdown summary."""
+    table = summary_markdown(rows)
+    with AtomicOutputs() as outputs:
+        with outputs.temp(out_dir / "groove_similarity.csv").open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["model", "piece", "metric", "quarter", "similarity"])
+            for r in rows:
+                writer.writerow([r.model, r.piece, r.metric, r.quarter, f"{r.similarity:.6f}"])
+        plot_boxes(rows, outputs.temp(out_dir / "groove_similarity.png"))
+        outputs.temp(out_dir / "groove_similarity.md").write_text(table)
+    return table
+
+
+def plot_boxes(rows: Sequence[SimilarityRow], path: Path) -> None:
+    """One panel per metric: per quarter, one box per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = sorted({r.metric for r in rows})
+    models = list(dict.fromkeys(r.model for r in rows))
+    width = 0.8 / len(models)
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5.0 * len(metrics), 4.0), squeeze=False)
+    for axis, metric in zip(axes[0], metrics):
+        for m, model in enumerate(models):
+            data = [[r.similarity for r in rows if (r.model, r.metric, r.quarter) == (model, metric, q)]
+                    for q in range(1, 5)]
+            positions = [q + (m - (len(models) - 1) / 2) * width for q in range(1, 5)]
+            boxes = axis.boxplot(data, positions=positions, widths=width * 0.9, patch_artist=True)
+            for patch in boxes["boxes"]:
+                patch.set_facecolor(plt.get_cmap("tab10")(m % 10))
+            axis.plot([], [], color=plt.get_cmap("tab10")(m % 10), linewidth=6, label=model)
+        axis.set_xticks(range(1, 5), [f"Q{q}" for q in range(1, 5)])
+        axis.set_ylim(-0.02, 1.02)
+        axis.set_title(metric.replace("_", "-") + " similarity")
+        axis.set_xlabel("quarter of the continuation")
+        axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

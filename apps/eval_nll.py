@@ -1,0 +1,166 @@
+"""Per-position validation NLL with teacher forcing (paper Fig. 3 / Table 6), for one or more models.
+
+Each held-out piece is read up to `max_len` tokens (shorter pieces up to their length) in one
+parallel forward pass with ONE positional code drawn for that piece. The NLL of predicting token
+n + 1 from tokens 0 .. n is accumulated at position n, with the number of pieces that reach it, so
+the curve shows how the model behaves within and beyond the trained length (extrapolation).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from apps.cli import AtomicOutputs
+from model import MusicPerformer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class NLLCurve:
+    label: str  # model name in tables and plots
+    trained_len: int  # training crop length of the model (tokens)
+    sums: np.ndarray  # (max_len,) float64: summed NLL (nats) at each position
+    counts: np.ndarray  # (max_len,) int64: number of pieces reaching each position
+
+    @property
+    def mean(self) -> np.ndarray:
+        """(max_len,) mean NLL per position (NaN where no piece reaches)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.counts > 0, self.sums / np.maximum(self.counts, 1), np.nan)
+
+    def summary(self) -> dict[str, Any]:
+        """Token-weighted mean NLL within and beyond the trained length, and beyond / within."""
+        cut = min(self.trained_len, len(self.sums))
+        within_tokens, beyond_tokens = int(self.counts[:cut].sum()), int(self.counts[cut:].sum())
+        within = float(self.sums[:cut].sum() / within_tokens) if within_tokens else math.nan
+        beyond = float(self.sums[cut:].sum() / beyond_tokens) if beyond_tokens else math.nan
+        return {"model": self.label, "trained_len": self.trained_len, "nll_within": within,
+                "nll_beyond": beyond, "ratio": beyond / within if within_tokens and beyond_tokens else math.nan,
+                "tokens_within": within_tokens, "tokens_beyond": beyond_tokens}
+
+
+@torch.no_grad()
+def position_nll(model: MusicPerformer, pieces: Sequence[np.ndarray], max_len: int,
+                 generator: torch.Generator | None = None, progress: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(sums, counts), each (max_len,): NLL summed over pieces at each position, and coverage."""
+    model.eval()
+    device = model.head.weight.device
+    sums = np.zeros(max_len, dtype=np.float64)
+    counts = np.zeros(max_len, dtype=np.int64)
+    for piece in tqdm(pieces, desc="teacher forcing", unit="piece", disable=not progress):
+        length = min(len(piece) - 1, max_len)
+        if length < 1:
+            continue
+        ids = torch.as_tensor(np.asarray(piece[:length + 1], dtype=np.int64), device=device)  # (n+1,)
+        code = model.draw_positional_code(length, generator=generator)
+        logits = model(ids[None, :-1], positional_code=code)[0]  # (n, V)
+        nll = F.cross_entropy(logits.double(), ids[1:], reduction="none")  # (n,)
+        sums[:length] += nll.cpu().numpy()
+        counts[:length] += 1
+    return sums, counts
+
+
+def usable_length(model: MusicPerformer, max_len: int, label: str) -> int:
+    """max_len, or the learned APE table size when smaller (positions beyond it are left empty)."""
+    if model.cfg.pe == "learned_ape" and model.cfg.max_len < max_len:
+        logger.warning("%s: learned APE knows %d positions; its curve stops there", label, model.cfg.max_len)
+        return model.cfg.max_len
+    return max_len
+
+
+def evaluate_nll(models: Sequence[tuple[str, Any]], pieces: Sequence[np.ndarray], max_len: int,
+                 seed: int, progress: bool = False) -> list[NLLCurve]:
+    """One NLLCurve per (label, checkpoint), all on the same pieces with the same code seed."""
+    curves = []
+    for label, ckpt in models:
+        limit = usable_length(ckpt.model, max_len, label)
+        generator = torch.Generator(device=ckpt.model.head.weight.device).manual_seed(seed)
+        sums, counts = position_nll(ckpt.model, pieces, limit, generator, progress)
+        sums = np.pad(sums, (0, max_len - limit))
+        counts = np.pad(counts, (0, max_len - limit))
+        curves.append(NLLCurve(label=label, trained_len=ckpt.config.data.crop_len, sums=sums, counts=counts))
+    return curves
+
+
+def summary_markdown(curves: Sequence[NLLCurve]) -> str:
+    """The within / beyond table as markdown."""
+    lines = ["| model | trained length | NLL within | NLL beyond | beyond / within | tokens within | tokens beyond |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for curve in curves:
+        s = curve.summary()
+        lines.append(f"| {s['model']} | {s['trained_len']} | {s['nll_within']:.4f} | {s['nll_beyond']:.4f} "
+                     f"| {s['ratio']:.4f} | {s['tokens_within']} | {s['tokens_beyond']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_nll_outputs(curves: Sequence[NLLCurve], out_dir: Path, smooth: int) -> str:
+    """nll.csv, nll.png, nll_summary.md and nll_summary.json in out_dir; returns the markdown table."""
+    table = summary_markdown(curves)
+    with AtomicOutputs() as outputs:
+        with outputs.temp(out_dir / "nll.csv").open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["model", "position", "mean_nll", "count"])
+            for curve in curves:
+                for position, (mean, count) in enumerate(zip(curve.mean, curve.counts)):
+                    writer.writerow([curve.label, position, "" if count == 0 else f"{mean:.6f}", int(count)])
+        plot_curves(curves, outputs.temp(out_dir / "nll.png"), smooth)
+        outputs.temp(out_dir / "nll_summary.md").write_text(table)
+        summaries = [_json_safe(curve.summary()) for curve in curves]
+        outputs.temp(out_dir / "nll_summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
+    return table
+
+
+def _json_safe(values: dict[str, Any]) -> dict[str, Any]:
+    """NaN -> None (JSON has no NaN)."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
+
+
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Centred moving average ignoring NaNs (window clipped to the length)."""
+    window = max(1, min(window, len(values)))
+    valid = ~np.isnan(values)
+    kernel = np.ones(window)
+    total = np.convolve(np.where(valid, values, 0.0), kernel, mode="same")
+    count = np.convolve(valid.astype(np.float64), kernel, mode="same")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(valid & (count > 0), total / np.maximum(count, 1), np.nan)
+
+
+def plot_curves(curves: Sequence[NLLCurve], path: Path, smooth: int) -> None:
+    """NLL per position (thin: raw, thick: moving average), trained lengths as dashed lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(9.0, 4.5))
+    for index, curve in enumerate(curves):
+        colour = plt.get_cmap("tab10")(index % 10)
+        positions = np.arange(len(curve.sums))
+        axes.plot(positions, curve.mean, color=colour, alpha=0.25, linewidth=0.5)
+        axes.plot(positions, moving_average(curve.mean, smooth), color=colour, linewidth=1.5,
+                  label=curve.label)
+    for trained in sorted({curve.trained_len for curve in curves}):
+        axes.axvline(trained, color="black", linestyle="--", linewidth=1.0)
+        axes.text(trained, 1.0, f" trained length {trained}", transform=axes.get_xaxis_transform(),
+                  va="top", fontsize="small")
+    axes.set_xlabel("position (tokens)")
+    axes.set_ylabel(f"NLL (nats), moving average over {smooth}")
+    axes.legend(loc="upper left")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,191 @@
+"""spe-evaluate: evaluation of trained checkpoints (paper Fig. 3, 5, 7, Table 6 and the PE properties).
+
+    spe-evaluate nll --checkpoint runs/pop_sine --checkpoint runs/pop_ape --out eval/ [--max-len 4096]
+    spe-evaluate groove --checkpoint runs/groove_sine --out eval/ [--tokens 1024 --temperature 0.6]
+    spe-evaluate pe --checkpoint runs/pop_sine --out eval/ [--length 256 --layer 0]
+    spe-evaluate templates --checkpoint runs/pop_sine --out eval/ [--length 128 --layers 0 23]
+
+nll: per-position teacher-forced NLL on held-out pieces -> nll.csv, nll.png, nll_summary.{md,json}.
+groove: style similarity of continuations of 2-bar prompts -> groove_similarity.csv, groove_similarity.png.
+pe: translation invariance and monotonicity per head -> pe_properties.{csv,md}.
+templates: learned SPE kernels with the gates applied -> templates_<model>_layer<l>.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from apps.cli import OneLineParser, checkpoint_argument, load_model, resolve_device, run_app
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="spe-evaluate", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    def command(name: str, help_text: str, repeat: bool) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text,
+                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        checkpoint_argument(sub, repeat=repeat)
+        sub.add_argument("--out", required=True, help="output directory (created if needed)")
+        sub.add_argument("--seed", type=int, default=0, help="seed of the positional codes and sampling")
+        sub.add_argument("--label", action="append", default=None,
+                         help="name of each checkpoint in tables and plots (default: its run directory)")
+        sub.add_argument("--no-progress", action="store_true", help="hide progress bars")
+        return sub
+
+    nll = command("nll", "per-position NLL with teacher forcing on held-out pieces", repeat=True)
+    nll.add_argument("--corpus", default=None, help="corpus root (default: the checkpoint's data.root)")
+    nll.add_argument("--split", default=None, choices=("test", "valid", "train"),
+                     help="corpus split (default: test, or valid when test is empty)")
+    nll.add_argument("--max-len", type=int, default=None,
+                     help="tokens per piece (default: twice the training crop length)")
+    nll.add_argument("--max-pieces", type=int, default=None, help="use at most this many pieces")
+    nll.add_argument("--smooth", type=int, default=64, help="moving-average window of the plot")
+
+    groove = command("groove", "style similarity of continuations of 2-bar prompts", repeat=True)
+    groove.add_argument("--corpus", default=None, help="corpus root (default: the checkpoint's data.root)")
+    groove.add_argument("--split", default=None, choices=("test", "valid", "train"),
+                     help="corpus split (default: test, or valid when test is empty)")
+    groove.add_argument("--max-pieces", type=int, default=20, help="number of held-out pieces prompted")
+    groove.add_argument("--prompt-bars", type=int, default=2, help="bars of each piece used as prompt")
+    groove.add_argument("--tokens", type=int, default=1024, help="length of prompt + continuation")
+    groove.add_argument("--temperature", type=float, default=0.6, help="softmax temperature")
+    groove.add_argument("--top-p", type=float, default=1.0, help="nucleus mass")
+
+    pe = command("pe", "translation invariance and monotonicity of the attention per head", repeat=True)
+    pe.add_argument("--length", type=int, default=256, help="length of the repeated-token sequence")
+    pe.add_argument("--layer", type=int, default=0, help="layer whose attention maps are measured")
+    pe.add_argument("--token", default=None, help="the repeated token (default: first non-special token)")
+    pe.add_argument("--draws", type=int, default=4, help="positional codes averaged over")
+
+    templates = command("templates", "learned SPE templates with the gates applied", repeat=True)
+    templates.add_argument("--length", type=int, default=128, help="positions shown")
+    templates.add_argument("--layers", type=int, nargs="+", default=[0], help="layers (their gates)")
+    templates.add_argument("--heads", type=int, default=4, help="heads shown (rows)")
+    templates.add_argument("--features", type=int, default=4, help="features shown per head (columns)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script spe-evaluate; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    return run_app("spe-evaluate", lambda: COMMANDS[args.command](args))
+
+
+def load_models(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(label, Checkpoint) for every --checkpoint (the shipped model when none is given)."""
+    paths = args.checkpoint or [None]
+    if args.label is not None and len(args.label) != len(paths):
+        raise ValueError(f"--label given {len(args.label)} times for {len(paths)} checkpoints")
+    for name in ("max_len", "max_pieces", "tokens", "length", "draws", "heads", "features", "smooth",
+                 "prompt_bars"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    device = resolve_device(args.device)
+    models = [load_model(path, device) for path in paths]
+    labels = args.label or [default_label(ckpt.path) for ckpt in models]
+    if len(set(labels)) != len(labels):
+        labels = [f"{i}_{label}" for i, label in enumerate(labels)]
+    return list(zip(labels, models))
+
+
+def default_label(checkpoint_dir: Path) -> str:
+    """The run directory's name (…/run/checkpoints/step_x -> run), else the checkpoint's own name."""
+    if checkpoint_dir.parent.name == "checkpoints":
+        return checkpoint_dir.parent.parent.name or checkpoint_dir.name
+    return checkpoint_dir.name
+
+
+def held_out_pieces(args: argparse.Namespace, ckpt: Any) -> tuple[list[Any], list[str]]:
+    """Pieces (and names) of the chosen split of the corpus, checked against the tokenizer."""
+    from data import load_corpus
+
+    root = Path(args.corpus or ckpt.config.data.root)
+    if not root.exists():
+        raise ValueError(f"corpus not found: {root} (build it by training, or pass --corpus)")
+    corpus = load_corpus(root)
+    if corpus.tokenizer.vocab.tokens != ckpt.tokenizer.vocab.tokens:
+        raise ValueError(f"corpus {root} uses a {type(corpus.tokenizer).__name__} vocabulary that differs "
+                         f"from the checkpoint's {type(ckpt.tokenizer).__name__}")
+    split = args.split
+    if split is None:  # held out: test, else valid
+        split = "test" if corpus.pieces("test") else "valid"
+    pieces, names = list(corpus.pieces(split)), list(corpus.names(split))
+    if args.max_pieces is not None:
+        pieces, names = pieces[:args.max_pieces], names[:args.max_pieces]
+    if not pieces:
+        raise ValueError(f"corpus {root} has no pieces in split {split!r}")
+    logger.info("%d %s pieces from %s", len(pieces), split, root)
+    return pieces, names
+
+
+def run_nll(args: argparse.Namespace) -> None:
+    from apps.eval_nll import evaluate_nll, write_nll_outputs
+
+    models = load_models(args)
+    for label, ckpt in models[1:]:
+        if ckpt.tokenizer.vocab.tokens != models[0][1].tokenizer.vocab.tokens:
+            raise ValueError(f"{label} uses another vocabulary than {models[0][0]}: NLLs are not comparable")
+    pieces, _ = held_out_pieces(args, models[0][1])
+    max_len = args.max_len or 2 * max(ckpt.config.data.crop_len for _, ckpt in models)
+    curves = evaluate_nll(models, pieces, max_len, args.seed, progress=not args.no_progress)
+    print(write_nll_outputs(curves, Path(args.out), args.smooth), end="")
+
+
+def run_groove(args: argparse.Namespace) -> None:
+    from apps.eval_groove import evaluate_groove, write_groove_outputs
+
+    models = load_models(args)
+    for label, ckpt in models:
+        if type(ckpt.tokenizer).__name__ != "GrooveTokenizer":
+            raise ValueError(f"groove evaluation needs a groove checkpoint; {label} uses "
+                             f"{type(ckpt.tokenizer).__name__}")
+    pieces, names = held_out_pieces(args, models[0][1])
+    rows = []
+    for label, ckpt in models:
+        rows += evaluate_groove(label, ckpt, pieces, names, args)
+    print(write_groove_outputs(rows, Path(args.out)), end="")
+
+
+def run_pe(args: argparse.Namespace) -> None:
+    from apps.eval_pe import head_properties, write_properties
+
+    results = []
+    for label, ckpt in load_models(args):
+        if not 0 <= args.layer < ckpt.model.cfg.n_layer:
+            raise ValueError(f"--layer must be in 0 .. {ckpt.model.cfg.n_layer - 1}, got {args.layer}")
+        token = repeated_token(ckpt.tokenizer, args.token)
+        rows = head_properties(ckpt.model, token, args.length, args.layer, args.draws, args.seed)
+        results.append((label, args.layer, rows))
+    print(write_properties(results, Path(args.out)), end="")
+
+
+def repeated_token(tokenizer: Any, name: str | None) -> int:
+    """The id of --token, or of the first token after the special ones."""
+    if name is None:
+        return len(tokenizer.special_tokens)
+    if name not in tokenizer.vocab:
+        raise ValueError(f"--token {name!r} is not in the {type(tokenizer).__name__} vocabulary")
+    return tokenizer.vocab[name]
+
+
+def run_templates(args: argparse.Namespace) -> None:
+    from apps.eval_pe import write_templates
+
+    for label, ckpt in load_models(args):
+        for path in write_templates(ckpt.model, label, Path(args.out), args.length, args.layers,
+                                    args.heads, args.features):
+            print(path)
+
+
+COMMANDS = {"nll": run_nll, "groove": run_groove, "pe": run_pe, "templates": run_templates}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

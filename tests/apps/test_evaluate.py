@@ -1,0 +1,230 @@
+"""spe-evaluate on tiny random checkpoints and small corpora: nll, groove, pe, templates, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from apps.checkpoint import save_checkpoint
+from apps.config import RunConfig
+from apps.eval_groove import score_continuation
+from apps.eval_pe import monotonicity, translation_invariance
+from apps.evaluate import main
+from data import build_groove_corpus, build_midi_folder_corpus
+from groove import GrooveTokenizer
+from model import MusicPerformer
+from remi import REMITokenizer
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CROP = 16  # training crop length of the tiny checkpoints (the NLL curve goes to 2 x CROP)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids thread-synchronisation overhead on loaded CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", corpus: Path | None = None,
+              max_len: int = 256) -> Path:
+    """A random-weight 2-layer model saved as a checkpoint of run_dir; returns run_dir."""
+    model = {"n_layer": 2, "n_head": 2, "d_model": 16, "d_ff": 32, "dropout": 0.0, "pe": pe,
+             "num_realizations": 8, "num_sines": 2, "kernel_size": 8, "feature_dims": 16,
+             "attention": "torch", "max_len": max_len}
+    data = {"crop_len": CROP, "root": str(corpus or "corpus/none")}
+    if isinstance(tokenizer, GrooveTokenizer):
+        data.update(format="groove", kind="trio")
+    config = RunConfig.from_dict({"model": model, "data": data})
+    torch.manual_seed(0)
+    save_checkpoint(run_dir, model=MusicPerformer(config.model_config(tokenizer.vocab_size)),
+                    tokenizer=tokenizer, config=config, step=1)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def remi_corpus(midi_files, tmp_path_factory) -> Path:
+    """The four music21 pieces as a REMI corpus (all of them land in the train split)."""
+    folder = tmp_path_factory.mktemp("remi_midi")
+    for path in midi_files.values():
+        shutil.copy(path, folder / path.name)
+    root = tmp_path_factory.mktemp("remi_corpus")
+    build_midi_folder_corpus(folder, root, REMITokenizer(), progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def groove_corpus(midi_files, tmp_path_factory) -> Path:
+    """The four pieces in a Groove2Groove-style test/ folder, as a groove corpus."""
+    folder = tmp_path_factory.mktemp("g2g")
+    (folder / "test").mkdir()
+    for path in midi_files.values():
+        shutil.copy(path, folder / "test" / path.name)
+    root = tmp_path_factory.mktemp("groove_corpus")
+    build_groove_corpus(folder, root, progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, remi_corpus) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("runs")
+    remi = REMITokenizer()
+    return {pe: save_tiny(base / pe, remi, pe, remi_corpus, max_len=20 if pe == "learned_ape" else 256)
+            for pe in ("sine_spe", "conv_spe", "none", "learned_ape")}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("spe-evaluate: error: ")
+    return err[0]
+
+
+# ----------------------------------------------------------------------------------- nll
+def test_nll_of_a_random_model_is_about_log_vocab(runs, remi_corpus, tmp_path, capsys):
+    out = tmp_path / "nll"
+    assert main(["nll", "--checkpoint", str(runs["sine_spe"]), "--checkpoint", str(runs["conv_spe"]),
+                 "--split", "train", "--out", str(out), "--no-progress"]) == 0
+    assert (out / "nll.png").read_bytes()[:8] == PNG_MAGIC
+    rows = read_csv(out / "nll.csv")
+    assert {r["model"] for r in rows} == {"sine_spe", "conv_spe"}
+    sine = [r for r in rows if r["model"] == "sine_spe"]
+    assert [int(r["position"]) for r in sine] == list(range(2 * CROP))  # default: twice the crop length
+    counts = [int(r["count"]) for r in sine]
+    assert counts[0] == 4 and all(a >= b for a, b in zip(counts, counts[1:]))  # 4 pieces, all long enough
+    vocab = REMITokenizer().vocab_size
+    means = np.array([float(r["mean_nll"]) for r in sine])
+    assert np.all(np.abs(means - math.log(vocab)) < 0.5)  # near-uniform predictions of a random model
+    summary = json.loads((out / "nll_summary.json").read_text())
+    assert [s["model"] for s in summary] == ["sine_spe", "conv_spe"]
+    for s in summary:
+        assert s["trained_len"] == CROP and s["tokens_within"] == 4 * CROP
+        assert abs(s["nll_within"] - math.log(vocab)) < 0.3 and abs(s["ratio"] - 1.0) < 0.1
+    table = (out / "nll_summary.md").read_text()
+    assert table in capsys.readouterr().out and "beyond / within" in table
+
+
+def test_nll_learned_ape_stops_at_its_table(runs, tmp_path):
+    out = tmp_path / "nll"
+    assert main(["nll", "--checkpoint", str(runs["learned_ape"]), "--split", "train", "--max-len", "24",
+                 "--out", str(out), "--no-progress"]) == 0
+    counts = [int(r["count"]) for r in read_csv(out / "nll.csv")]
+    assert len(counts) == 24 and all(c > 0 for c in counts[:20]) and counts[20:] == [0] * 4
+
+
+# -------------------------------------------------------------------------------- groove
+def test_groove_similarity_of_continuations(groove_corpus, tmp_path):
+    run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), corpus=groove_corpus)
+    out = tmp_path / "groove"
+    assert main(["groove", "--checkpoint", str(run), "--out", str(out), "--tokens", "120",
+                 "--max-pieces", "2", "--no-progress"]) == 0
+    rows = read_csv(out / "groove_similarity.csv")
+    assert len(rows) == 2 * 2 * 4  # pieces x metrics x quarters
+    assert {r["metric"] for r in rows} == {"onset_duration", "time_pitch"}
+    assert all(0.0 <= float(r["similarity"]) <= 1.0 + 1e-9 for r in rows)
+    assert (out / "groove_similarity.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_true_continuation_is_similar_to_its_piece(groove_corpus):
+    """The scoring itself: a piece's own continuation is similar to the piece."""
+    from data import load_corpus
+
+    corpus = load_corpus(groove_corpus)
+    tokenizer = corpus.tokenizer
+    ids = [int(i) for i in corpus.pieces("test")[2]]
+    prompt_len = tokenizer.bar_starts(ids)[2]
+    scores = score_continuation(tokenizer, ids, prompt_len, ids)
+    assert set(scores) == {"onset_duration", "time_pitch"}
+    assert all(s.shape == (4,) for s in scores.values())
+    assert scores["onset_duration"].min() > 0.5 and scores["time_pitch"].min() > 0.5
+
+
+# ------------------------------------------------------------------------------------ pe
+def test_pe_property_metrics_on_known_matrices():
+    n = 12
+    lags = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (N, N): m - n
+    decaying = torch.exp(-lags.double().abs()).tril()  # Toeplitz, nearer is larger
+    assert translation_invariance(decaying) == pytest.approx(0.0, abs=1e-12)
+    assert monotonicity(decaying) == 0.0
+    growing = torch.exp(lags.double().abs() / n).tril()  # farther is larger: every pair inverted
+    assert monotonicity(growing) == 1.0
+    noise = torch.rand(n, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64).tril()
+    assert 0.5 < translation_invariance(noise) < 1.5 and 0.3 < monotonicity(noise) < 0.7
+
+
+def test_pe_writes_properties_per_head(runs, tmp_path, capsys):
+    out = tmp_path / "pe"
+    assert main(["pe", "--checkpoint", str(runs["sine_spe"]), "--checkpoint", str(runs["none"]),
+                 "--length", "24", "--draws", "2", "--out", str(out), "--no-progress"]) == 0
+    rows = read_csv(out / "pe_properties.csv")
+    assert [(r["model"], r["head"]) for r in rows] == [("sine_spe", "0"), ("sine_spe", "1"),
+                                                       ("none", "0"), ("none", "1")]
+    for row in rows:
+        assert 0.0 <= float(row["monotonicity"]) <= 1.0 and float(row["translation_invariance"]) >= 0.0
+    # without positional encoding every key of a repeated token looks the same: nothing varies
+    for row in rows[2:]:
+        assert float(row["translation_invariance"]) == 0.0 and float(row["monotonicity"]) == 0.0
+    assert "translation invariance" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- templates
+def test_templates_write_one_png_per_layer(runs, tmp_path):
+    out = tmp_path / "templates"
+    assert main(["templates", "--checkpoint", str(runs["conv_spe"]), "--layers", "0", "1", "--length", "16",
+                 "--label", "conv", "--out", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["templates_conv_layer0.png", "templates_conv_layer1.png"]
+    assert all((out / n).read_bytes()[:8] == PNG_MAGIC for n in names)
+
+
+def test_gated_templates_apply_the_gate(runs):
+    from apps.checkpoint import load_checkpoint
+    from apps.eval_pe import gated_templates
+
+    model = load_checkpoint(runs["sine_spe"]).model
+    raw = model.spe.expected_template(8).double()  # (H, D, L, L)
+    delta = model.gates()[1].double()[:, :, None, None]
+    assert torch.allclose(gated_templates(model, 8, 1), (1 - delta) * raw + delta)
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("case", ["templates_without_spe", "groove_with_remi", "missing_checkpoint",
+                                  "empty_heldout_split", "missing_corpus", "bad_layer", "no_command"])
+def test_bad_input_fails_with_one_line_and_no_output(case, runs, remi_corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = {
+        "templates_without_spe": ["templates", "--checkpoint", str(runs["none"])],
+        "groove_with_remi": ["groove", "--checkpoint", str(runs["sine_spe"])],
+        "missing_checkpoint": ["pe", "--checkpoint", str(tmp_path / "nowhere")],
+        "empty_heldout_split": ["nll", "--checkpoint", str(runs["sine_spe"])],  # all 4 pieces are train
+        "missing_corpus": ["nll", "--checkpoint", str(runs["sine_spe"]), "--corpus", str(tmp_path / "nope")],
+        "bad_layer": ["pe", "--checkpoint", str(runs["sine_spe"]), "--layer", "5"],
+        "no_command": [],
+    }[case]
+    if args:
+        args += ["--out", str(out), "--no-progress"]
+    try:
+        status = main(args)
+    except SystemExit as exit:  # argparse's own usage errors
+        status = exit.code
+    assert status != 0
+    message = one_error_line(capsys)
+    expected = {"templates_without_spe": "pe=none", "groove_with_remi": "REMITokenizer",
+                "missing_checkpoint": "not found", "empty_heldout_split": "no pieces",
+                "missing_corpus": "corpus not found", "bad_layer": "--layer", "no_command": "required"}[case]
+    assert expected in message
+    assert not out.exists() or not any(out.iterdir())
