@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PRETRAINED = REPO_ROOT / "pretrained"  # the model shipped with the repository (when present)
 
 # Exceptions that mean bad input or an unusable environment (not a bug): reported on one line.
-USER_ERRORS = (ValueError, OSError, RuntimeError, KeyError, TypeError, ImportError)
+USER_ERRORS = (ValueError, OSError, RuntimeError, KeyError, ImportError)
 
 
 class OneLineParser(argparse.ArgumentParser):

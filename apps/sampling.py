@@ -96,7 +96,9 @@ def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_n
     """Continue `prompt` (a non-empty list of ids) by up to max_new_tokens ids, stopping at EOS.
 
     `stop(tokens)` is asked after every new token and ends decoding when it returns True.
-    The model is put in eval mode; `generator` drives both the positional code and the draws.
+    With constraints, tokens of an event left unfinished when decoding ends (e.g. a note's pitch
+    without its velocity and duration) are dropped. The model is put in eval mode; `generator`
+    drives both the positional code and the draws.
     """
     sampling = SamplingConfig() if sampling is None else sampling
     prompt = [int(t) for t in prompt]
@@ -127,24 +129,32 @@ def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_n
 
     eos = tokenizer.eos_id
     stopped_at_eos = False
+    complete = None  # longest length after which the grammar allows EOS (no unfinished event)
     bar = tqdm(total=max_new_tokens, desc="generating", unit="tok", disable=not progress)
     for _ in range(max_new_tokens):
         allowed = None
         if grammar is not None:
-            allowed = torch.from_numpy(np.asarray(grammar.allowed(), dtype=bool))[None].to(device)
+            mask = np.asarray(grammar.allowed(), dtype=bool)  # (V,)
+            complete = len(tokens) if mask[eos] else complete
+            allowed = torch.from_numpy(mask)[None].to(device)  # (1, V)
         token = int(sample_next(logits, sampling.top_p, sampling.temperature, allowed, generator))
         tokens.append(token)
         bar.update(1)
         if token == eos:
             stopped_at_eos = True
             break
-        if stop is not None and stop(tokens):
-            break
         if grammar is not None:
             grammar.advance(token)
+        if stop is not None and stop(tokens):
+            break
         if len(tokens) < total:
             logits, state = model.step(torch.tensor([token], device=device), state)
     bar.close()
+    if grammar is not None and not stopped_at_eos:
+        complete = len(tokens) if grammar.allowed()[eos] else complete
+        if complete is not None and len(prompt) <= complete < len(tokens):
+            logger.info("dropped %d trailing tokens of an unfinished event", len(tokens) - complete)
+            tokens = tokens[:complete]
     seconds = time.perf_counter() - start
     new = len(tokens) - len(prompt)
     logger.info("generated %d tokens in %.1f s (%.1f tokens/s)%s", new, seconds,

@@ -96,16 +96,21 @@ def test_sampling_config_validates():
 def test_constrained_generation_follows_the_grammar(tokenizer):
     model = tiny_model(tokenizer.vocab_size)
     prompt = [tokenizer.bar_id]
-    result = generate(model, tokenizer, prompt, 60, SamplingConfig(top_p=1.0, temperature=1.5),
-                      generator=torch.Generator().manual_seed(1))
-    assert result.tokens[:1] == prompt and result.prompt_len == 1
-    assert 1 <= len(result.generated) <= 60
-    state = tokenizer.constraint_state()
-    for token in result.tokens:
-        assert state.allowed()[token], tokenizer.vocab.token(token)
-        state.advance(token)
-    assert tokenizer.pad_id not in result.tokens
-    assert result.stopped_at_eos == (result.tokens[-1] == tokenizer.eos_id)
+    trimmed = 0
+    for seed in range(3):
+        result = generate(model, tokenizer, prompt, 40, SamplingConfig(top_p=1.0, temperature=1.5),
+                          generator=torch.Generator().manual_seed(seed))
+        assert result.tokens[:1] == prompt and result.prompt_len == 1
+        assert 1 <= len(result.generated) <= 40
+        state = tokenizer.constraint_state()
+        for token in result.tokens:
+            assert state.allowed()[token], tokenizer.vocab.token(token)
+            state.advance(token)
+        assert tokenizer.pad_id not in result.tokens
+        assert result.stopped_at_eos == (result.tokens[-1] == tokenizer.eos_id)
+        assert tokenizer.decode_with_report(result.tokens).skipped == 0  # no unfinished note at the end
+        trimmed += not result.stopped_at_eos and len(result.generated) < 40
+    assert trimmed  # the budget ended inside a note at least once, and its tokens were dropped
 
 
 def test_decoding_is_reproducible_and_uses_one_code_for_the_whole_length(tokenizer):
