@@ -1,0 +1,33 @@
+"""Corpora (default corpus from music21, MIDI folders, Pop1K7, Groove2Groove) and training crops.
+
+```python
+corpus = build_default_corpus("corpus/default")     # once; cached in the folder
+corpus = load_corpus("corpus/default")              # TokenCorpus: .pieces(split), .names(split), .summary
+ds = CropDataset(corpus.pieces("train"), corpus.tokenizer, crop_len=256, transpose=6, seed=0)
+```
+"""
+
+from data.corpus import LONG_PIECE_TOKENS, SPLITS, PieceInfo, TokenCorpus, assign_splits, load_corpus
+from data.crops import IGNORE_INDEX, CropDataset, ValidationSet, pad_crop
+from data.folders import build_groove_corpus, build_midi_folder_corpus
+from data.music21_corpus import build_default_corpus
+from data.pop1k7 import RestrictedUnpickler, UnsafePickleError, build_pop1k7_corpus
+
+__all__ = [
+    "IGNORE_INDEX",
+    "LONG_PIECE_TOKENS",
+    "SPLITS",
+    "CropDataset",
+    "PieceInfo",
+    "RestrictedUnpickler",
+    "TokenCorpus",
+    "UnsafePickleError",
+    "ValidationSet",
+    "assign_splits",
+    "build_default_corpus",
+    "build_groove_corpus",
+    "build_midi_folder_corpus",
+    "build_pop1k7_corpus",
+    "load_corpus",
+    "pad_crop",
+]
