@@ -41,7 +41,8 @@ from tokenization import BaseTokenizer
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-TOKENIZER_MODULES = ("remi", "groove")  # imported so that BaseTokenizer.from_dict knows the formats
+# module defining each tokenizer class (imported on demand: BaseTokenizer.from_dict needs it registered)
+TOKENIZER_MODULES = {"REMITokenizer": "remi", "GrooveTokenizer": "groove"}
 
 RngState = dict[str, Any]  # one process's RNG states: name -> uint8 tensor or JSON-able value
 
@@ -205,8 +206,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
 
 
 def load_tokenizer(data: dict[str, Any]) -> BaseTokenizer:
-    """BaseTokenizer.from_dict once the known formats are registered."""
-    for module in TOKENIZER_MODULES:
+    """BaseTokenizer.from_dict, once the tokenizer's module is imported (registered)."""
+    module = TOKENIZER_MODULES.get(data.get("tokenizer", ""))
+    if module is not None:
         importlib.import_module(module)
     return BaseTokenizer.from_dict(data)
 

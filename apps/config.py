@@ -45,17 +45,21 @@ class DataConfig:
     source: Optional[str] = None  # folder of raw input to build from (midi_folder, pop1k7, groove)
     format: str = "remi"  # token format: remi (pop piano) or groove (3-track Groove2Groove events)
     crop_len: int = 256  # training crop length in tokens (each crop starts at a bar)
+    max_bars: Optional[int] = None  # crops also stop before this many bars (pop piano: 48; None: off)
+    samples_per_piece: int = 1  # crops of each training piece per epoch
     transpose: int = 6  # random transposition range -transpose..+transpose semitones (0: off)
     time_signatures: bool = True  # remi: emit TimeSig tokens where the meter changes
-    max_pieces: Optional[int] = None  # build at most this many pieces (None: all)
+    max_pieces: Optional[int] = None  # default: use at most this many chorales; trio: pieces generated
 
     def validate(self) -> None:
         _choice("data.kind", self.kind, CORPUS_KINDS)
         _choice("data.format", self.format, TOKEN_FORMATS)
         _at_least("data.crop_len", self.crop_len, 2)
         _at_least("data.transpose", self.transpose, 0)
-        if self.max_pieces is not None:
-            _at_least("data.max_pieces", self.max_pieces, 1)
+        _at_least("data.samples_per_piece", self.samples_per_piece, 1)
+        for name in ("max_bars", "max_pieces"):
+            if getattr(self, name) is not None:
+                _at_least(f"data.{name}", getattr(self, name), 1)
 
 
 @dataclass
@@ -246,6 +250,8 @@ def _coerce(value: Any, annotation: Any) -> Any:
         return tuple(_coerce(v, a) for v, a in zip(value, args))
     if annotation is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if annotation is float and isinstance(value, str) and _is_float(value):  # YAML 1.1 reads 1e-4 as text
+        return float(value)
     if annotation in (bool, int, str) and type(value) is annotation:
         return value
     raise TypeError(f"expected {getattr(annotation, '__name__', annotation)}, got {value!r}")
@@ -263,6 +269,14 @@ def _parse_text(text: str, annotation: Any) -> Any:
     if typing.get_origin(annotation) is tuple and isinstance(value, str):
         value = [yaml.safe_load(part) for part in value.split(",")]
     return value
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import importlib
 import logging
 import math
 import os
@@ -168,6 +169,7 @@ def prepare_corpus(cfg: RunConfig, dist_env: DistEnv):
         logger.info("building the %s corpus in %s", cfg.data.kind, root)
         build_corpus(cfg, root, data)
     dist_env.barrier()
+    importlib.import_module(cfg.data.format)  # registers the tokenizer class named in vocab.json
     corpus = data.load_corpus(root)
     name = type(corpus.tokenizer).__name__
     if name != TOKENIZER_OF_FORMAT[cfg.data.format]:
@@ -177,23 +179,24 @@ def prepare_corpus(cfg: RunConfig, dist_env: DistEnv):
 
 def build_corpus(cfg: RunConfig, root: Path, data) -> None:
     """Tokenise the raw input named by the data section into `root`."""
-    kind, source = cfg.data.kind, cfg.data.source
+    kind, source, limit = cfg.data.kind, cfg.data.source, cfg.data.max_pieces
     if kind in ("midi_folder", "pop1k7", "groove") and not source:
         raise ValueError(f"corpus {root} is not built yet: set data.source to the raw {kind} folder "
                          f"(--set data.source=PATH)")
-    options = {"max_pieces": cfg.data.max_pieces} if cfg.data.max_pieces else {}
-    if kind in ("default", "midi_folder"):
+    if kind == "trio":
+        data.build_groove_corpus(None, root, **({"trio_pieces": limit} if limit else {}))
+    elif kind == "groove":
+        data.build_groove_corpus(source, root)
+    else:
         from remi import REMITokenizer
 
         tokenizer = REMITokenizer(time_signatures=cfg.data.time_signatures)
         if kind == "default":
-            data.build_default_corpus(root=root, tokenizer=tokenizer, progress=True, **options)
+            data.build_default_corpus(root, tokenizer, max_chorales=limit)
+        elif kind == "midi_folder":
+            data.build_midi_folder_corpus(source, root, tokenizer)
         else:
-            data.build_midi_folder_corpus(source, root, tokenizer, **options)
-    elif kind == "pop1k7":
-        data.build_pop1k7_corpus(source, root, **options)
-    else:  # groove (Groove2Groove layout) or trio (the offline trio corpus)
-        data.build_groove_corpus(source, root, **options)
+            data.build_pop1k7_corpus(source, root, tokenizer)
 
 
 # ------------------------------------------------------------------------------- schedule
@@ -264,7 +267,7 @@ class Trainer:
     """One training run (one process of it under torchrun)."""
 
     def __init__(self, cfg: RunConfig, corpus, out: Path, dist_env: DistEnv) -> None:
-        from data import CropDataset
+        from data import CropDataset, ValidationSet
 
         self.cfg, self.corpus, self.out, self.dist = cfg, corpus, out, dist_env
         self.is_main = dist_env.rank == 0
@@ -277,9 +280,10 @@ class Trainer:
             raise ValueError(f"corpus {cfg.data.root} has no training pieces")
         d = cfg.data
         train_set = CropDataset(train_pieces, self.tokenizer, crop_len=d.crop_len, transpose=d.transpose,
-                                seed=cfg.train.seed)
-        self.valid_set = CropDataset(valid_pieces, self.tokenizer, crop_len=d.crop_len, transpose=0,
-                                     seed=cfg.train.seed) if valid_pieces else None
+                                seed=cfg.train.seed, samples_per_piece=d.samples_per_piece,
+                                max_bars=d.max_bars)
+        self.valid_set = ValidationSet(valid_pieces, self.tokenizer, crop_len=d.crop_len, max_len=d.crop_len,
+                                       seed=cfg.train.seed).crops  # fixed, untransposed crops
         self.stream = BatchStream(train_set, cfg.train.batch_size, cfg.train.seed, dist_env,
                                   cfg.train.num_workers, pin_memory=self.device.type == "cuda")
         if cfg.train.max_epochs is not None:
@@ -419,7 +423,7 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean validation loss per token over eval_batches batches (fixed crops and SPE noise)."""
-        if self.valid_set is None:
+        if not len(self.valid_set):
             return math.nan
         t = self.cfg.train
         self.model.eval()

@@ -1,0 +1,223 @@
+"""apps.train end to end on a tiny model and a tiny corpus: learning, exact resume, signals, NaN
+stop, bad input, and data-parallel training with 2 processes (gloo)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import shutil
+import signal
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import yaml
+from safetensors.torch import load_file, save_file
+
+import apps.train as train
+from apps.checkpoint import list_checkpoints, load_checkpoint
+from model import MusicPerformer
+
+TINY = {
+    "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 64, "dropout": 0.1, "pe": "sine_spe",
+              "num_realizations": 8, "feature_dims": 16, "attention": "torch", "max_len": 64},
+    "data": {"kind": "midi_folder", "crop_len": 48, "transpose": 3},
+    "train": {"batch_size": 2, "lr": 3.0e-3, "min_lr": 1.0e-4, "warmup_steps": 2, "max_steps": 6,
+              "eval_every": 3, "eval_batches": 2, "ckpt_every": 3, "log_every": 1, "redraw_prob": 0.5,
+              "keep_checkpoints": 0},
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: tiny models run much faster, and runs are reproducible."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def corpus_root(midi_files, tmp_path_factory):
+    """A REMI corpus of the four test pieces, three copies each (so valid and test are not empty)."""
+    from data import build_midi_folder_corpus
+    from remi import REMITokenizer
+
+    folder = tmp_path_factory.mktemp("train_midi")
+    for path in midi_files.values():
+        for copy in range(3):
+            shutil.copy(path, folder / f"{path.stem}_{copy}.mid")
+    root = tmp_path_factory.mktemp("train_corpus") / "corpus"
+    corpus = build_midi_folder_corpus(folder, root, REMITokenizer(), progress=False)
+    assert corpus.pieces("valid") and corpus.pieces("train")
+    return root
+
+
+def config_file(tmp_path, corpus_root, **sections):
+    values = {name: dict(TINY.get(name, {})) for name in ("model", "data", "train")}
+    for name, entries in sections.items():
+        values[name].update(entries)
+    values["data"]["root"] = str(corpus_root)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def metrics(run_dir):
+    with (run_dir / "metrics.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def losses(run_dir):
+    return [float(r["loss"]) for r in metrics(run_dir) if r["loss"]]
+
+
+def test_training_lowers_the_loss(tmp_path, corpus_root):
+    config = config_file(tmp_path, corpus_root,
+                         model={"dropout": 0.0},
+                         data={"transpose": 0, "crop_len": 32},
+                         train={"max_steps": 40, "lr": 1e-2, "min_lr": 1e-3, "eval_every": 0,
+                                "ckpt_every": 0, "redraw_prob": 0.0, "batch_size": 4})
+    out = tmp_path / "run"
+    assert train.main(["--config", str(config), "--out", str(out)]) == 0
+    values = losses(out)
+    assert len(values) == 40 and all(math.isfinite(v) for v in values)
+    assert sum(values[-5:]) / 5 < sum(values[:5]) / 5 - 1.0
+    rows = metrics(out)
+    assert rows[-1]["val_loss"] and float(rows[-1]["val_loss"]) < values[0]  # evaluated at the end
+    ckpt = load_checkpoint(out)
+    assert ckpt.step == 40 and ckpt.config.train.max_steps == 40
+    assert (out / "config.yaml").is_file() and (out / "train.log").is_file()
+
+
+def test_resume_continues_exactly(tmp_path, corpus_root, monkeypatch):
+    config = config_file(tmp_path, corpus_root)
+    straight = tmp_path / "straight"
+    assert train.main(["--config", str(config), "--out", str(straight)]) == 0
+
+    # Same run, stopped by SIGTERM right after step 4 (mid-epoch, between two checkpoints).
+    interrupted = tmp_path / "interrupted"
+    original_step = train.Trainer.train_step
+
+    def step_then_signal(self):
+        result = original_step(self)
+        if self.step == 4:
+            signal.raise_signal(signal.SIGTERM)
+        return result
+
+    monkeypatch.setattr(train.Trainer, "train_step", step_then_signal)
+    assert train.main(["--config", str(config), "--out", str(interrupted)]) == 128 + signal.SIGTERM
+    assert [p.name for p in list_checkpoints(interrupted)] == ["step_000003", "step_000004"]
+    monkeypatch.setattr(train.Trainer, "train_step", original_step)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+
+    torch.manual_seed(1234)  # the resumed run must not depend on the state of this process
+    assert train.main(["--out", str(interrupted), "--resume"]) == 0
+    assert len(losses(straight)) == 6
+    assert losses(interrupted) == losses(straight)  # bit-exact, dropout / SPE / redraws included
+    val = [r["val_loss"] for r in metrics(straight) if r["val_loss"]]
+    assert [r["val_loss"] for r in metrics(interrupted) if r["val_loss"]] == val
+    a, b = load_checkpoint(straight).model.state_dict(), load_checkpoint(interrupted).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_existing_run_needs_resume(tmp_path, corpus_root, capsys):
+    config = config_file(tmp_path, corpus_root, train={"max_steps": 1})
+    out = tmp_path / "run"
+    assert train.main(["--config", str(config), "--out", str(out)]) == 0
+    assert train.main(["--config", str(config), "--out", str(out)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    # --max-steps extends a finished run
+    assert train.main(["--out", str(out), "--resume", "--max-steps", "2"]) == 0
+    assert load_checkpoint(out).step == 2
+
+
+def test_nan_loss_stops_with_a_message(tmp_path, corpus_root, monkeypatch, capsys):
+    config = config_file(tmp_path, corpus_root, train={"ckpt_every": 1})
+    original_loss = train.token_loss
+    calls = []
+
+    def poisoned(logits, targets, reduction="mean"):
+        calls.append(1)
+        loss = original_loss(logits, targets, reduction)
+        return loss * math.nan if len(calls) == 3 else loss
+
+    monkeypatch.setattr(train, "token_loss", poisoned)
+    out = tmp_path / "run"
+    assert train.main(["--config", str(config), "--out", str(out)]) == 1
+    assert "nan" in capsys.readouterr().err.lower()
+    assert [p.name for p in list_checkpoints(out)] == ["step_000001", "step_000002"]  # none at the NaN
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "no_such.yaml"], "not found"),
+    (["--set", "train.no_such_key=1"], "no_such_key"),
+    (["--set", "train.lr=fast"], "train.lr"),
+])
+def test_bad_input_is_one_line_without_output(tmp_path, argv, message, capsys):
+    out = tmp_path / "run"
+    assert train.main(argv + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_unreadable_corpus_is_refused(tmp_path, corpus_root, capsys):
+    broken = tmp_path / "broken"
+    shutil.copytree(corpus_root, broken)
+    (broken / "train_index.json").write_text("{not json")
+    config = config_file(tmp_path, broken)
+    out = tmp_path / "run"
+    assert train.main(["--config", str(config), "--out", str(out)]) == 2
+    assert "error" in capsys.readouterr().err and not out.exists()
+
+
+def test_learning_rate_schedule():
+    from apps.config import apply_overrides, RunConfig
+
+    cfg = apply_overrides(RunConfig(), ["train.lr=1e-3", "train.min_lr=1e-5", "train.warmup_steps=10",
+                                        "train.max_steps=110"])
+    rates = [train.learning_rate(step, cfg) for step in range(111)]
+    assert rates[0] == pytest.approx(1e-4) and rates[9] == pytest.approx(1e-3)
+    assert rates[10] == pytest.approx(1e-3) and rates[60] == pytest.approx((1e-3 + 1e-5) / 2)
+    assert rates[110] == pytest.approx(1e-5)
+    assert all(a >= b for a, b in zip(rates[10:], rates[11:]))
+
+
+# ----------------------------------------------------------------------------- distributed
+def _ddp_worker(rank: int, world: int, port: int, config: str, out: str) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    original_fit = train.Trainer.fit
+
+    def fit_then_dump(self):
+        code = original_fit(self)
+        save_file({k: v.contiguous() for k, v in self.model.state_dict().items()},
+                  os.path.join(out, f"rank{rank}.safetensors"))
+        return code
+
+    train.Trainer.fit = fit_then_dump
+    if train.main(["--config", config, "--out", out]) != 0:
+        raise RuntimeError(f"rank {rank} failed")
+
+
+def test_data_parallel_two_processes(tmp_path, corpus_root):
+    config = config_file(tmp_path, corpus_root, train={"max_steps": 3, "eval_every": 0})
+    out = tmp_path / "ddp"
+    out.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(2, port, str(config), str(out)), nprocs=2, join=True)
+    rank0, rank1 = load_file(out / "rank0.safetensors"), load_file(out / "rank1.safetensors")
+    assert rank0.keys() == rank1.keys()
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)  # DDP kept the replicas identical
+    ckpt = load_checkpoint(out)  # written by rank 0 only, with both ranks' RNG states
+    assert ckpt.step == 3 and len(ckpt.meta["rng"]) == 2
+    torch.manual_seed(ckpt.config.train.seed)  # the initial weights, as the trainer builds them
+    initial = MusicPerformer(ckpt.config.model_config(ckpt.tokenizer.vocab_size)).state_dict()
+    assert not torch.equal(initial["embedding.weight"], rank0["embedding.weight"])  # it trained
+    assert len(losses(out)) == 3 and all(math.isfinite(v) for v in losses(out))
