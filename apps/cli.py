@@ -99,7 +99,7 @@ def checkpoint_argument(parser: argparse.ArgumentParser, repeat: bool = False) -
                              f"default: {PRETRAINED.name}/ in the repository when present"
                              + ("; repeat to compare models" if repeat else ""))
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                        help="where to run the model (auto: CUDA when available)")
+                        help="where to run the model (auto: CUDA when available) (default: %(default)s)")
 
 
 def resolve_device(name: str) -> torch.device:

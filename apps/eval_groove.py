@@ -54,7 +54,8 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
         for metric, values in score_continuation(tokenizer, result.tokens, len(prompt), ids).items():
             rows += [SimilarityRow(label, name, metric, q + 1, float(v)) for q, v in enumerate(values)]
     if not rows:
-        raise ValueError(f"no held-out piece has more than {args.prompt_bars} bars within {args.tokens} tokens")
+        raise ValueError(f"no held-out piece has more than {args.prompt_bars} bars within "
+                         f"{args.tokens} tokens")
     return rows
 
 
@@ -88,7 +89,8 @@ def summary_markdown(rows: Sequence[SimilarityRow]) -> str:
     for model, metric in keys:
         cells = []
         for quarter in range(1, 5):
-            values = [r.similarity for r in rows if (r.model, r.metric, r.quarter) == (model, metric, quarter)]
+            values = [r.similarity for r in rows
+                      if (r.model, r.metric, r.quarter) == (model, metric, quarter)]
             cells.append(f"{np.mean(values):.3f} ± {np.std(values):.3f}")
         count = len({r.piece for r in rows if (r.model, r.metric) == (model, metric)})
         lines.append(f"| {model} | {metric} | " + " | ".join(cells) + f" | {count} |")

@@ -47,7 +47,8 @@ class NLLCurve:
         within = float(self.sums[:cut].sum() / within_tokens) if within_tokens else math.nan
         beyond = float(self.sums[cut:].sum() / beyond_tokens) if beyond_tokens else math.nan
         return {"model": self.label, "trained_len": self.trained_len, "nll_within": within,
-                "nll_beyond": beyond, "ratio": beyond / within if within_tokens and beyond_tokens else math.nan,
+                "nll_beyond": beyond,
+                "ratio": beyond / within if within_tokens and beyond_tokens else math.nan,
                 "tokens_within": within_tokens, "tokens_beyond": beyond_tokens}
 
 
@@ -97,7 +98,8 @@ def evaluate_nll(models: Sequence[tuple[str, Any]], pieces: Sequence[np.ndarray]
 
 def summary_markdown(curves: Sequence[NLLCurve]) -> str:
     """The within / beyond table as markdown."""
-    lines = ["| model | trained length | NLL within | NLL beyond | beyond / within | tokens within | tokens beyond |",
+    lines = ["| model | trained length | NLL within | NLL beyond | beyond / within | tokens within "
+             "| tokens beyond |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for curve in curves:
         s = curve.summary()

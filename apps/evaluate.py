@@ -27,47 +27,57 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="spe-evaluate", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
-    def command(name: str, help_text: str, repeat: bool) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text,
-                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        checkpoint_argument(sub, repeat=repeat)
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        checkpoint_argument(sub, repeat=True)
         sub.add_argument("--out", required=True, help="output directory (created if needed)")
-        sub.add_argument("--seed", type=int, default=0, help="seed of the positional codes and sampling")
+        sub.add_argument("--seed", type=int, default=0,
+                         help="seed of the positional codes and sampling (default: %(default)s)")
         sub.add_argument("--label", action="append", default=None,
                          help="name of each checkpoint in tables and plots (default: its run directory)")
         sub.add_argument("--no-progress", action="store_true", help="hide progress bars")
         return sub
 
-    nll = command("nll", "per-position NLL with teacher forcing on held-out pieces", repeat=True)
+    nll = command("nll", "per-position NLL with teacher forcing on held-out pieces")
     nll.add_argument("--corpus", default=None, help="corpus root (default: the checkpoint's data.root)")
     nll.add_argument("--split", default=None, choices=("test", "valid", "train"),
                      help="corpus split (default: test, or valid when test is empty)")
     nll.add_argument("--max-len", type=int, default=None,
                      help="tokens per piece (default: twice the training crop length)")
     nll.add_argument("--max-pieces", type=int, default=None, help="use at most this many pieces")
-    nll.add_argument("--smooth", type=int, default=64, help="moving-average window of the plot")
+    nll.add_argument("--smooth", type=int, default=64,
+                     help="moving-average window of the plot (default: %(default)s)")
 
-    groove = command("groove", "style similarity of continuations of 2-bar prompts", repeat=True)
+    groove = command("groove", "style similarity of continuations of 2-bar prompts")
     groove.add_argument("--corpus", default=None, help="corpus root (default: the checkpoint's data.root)")
     groove.add_argument("--split", default=None, choices=("test", "valid", "train"),
-                     help="corpus split (default: test, or valid when test is empty)")
-    groove.add_argument("--max-pieces", type=int, default=20, help="number of held-out pieces prompted")
-    groove.add_argument("--prompt-bars", type=int, default=2, help="bars of each piece used as prompt")
-    groove.add_argument("--tokens", type=int, default=1024, help="length of prompt + continuation")
-    groove.add_argument("--temperature", type=float, default=0.6, help="softmax temperature")
-    groove.add_argument("--top-p", type=float, default=1.0, help="nucleus mass")
+                        help="corpus split (default: test, or valid when test is empty)")
+    groove.add_argument("--max-pieces", type=int, default=20,
+                        help="number of held-out pieces prompted (default: %(default)s)")
+    groove.add_argument("--prompt-bars", type=int, default=2,
+                        help="bars of each piece used as prompt (default: %(default)s)")
+    groove.add_argument("--tokens", type=int, default=1024,
+                        help="length of prompt + continuation (default: %(default)s)")
+    groove.add_argument("--temperature", type=float, default=0.6,
+                        help="softmax temperature (default: %(default)s)")
+    groove.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default: %(default)s)")
 
-    pe = command("pe", "translation invariance and monotonicity of the attention per head", repeat=True)
-    pe.add_argument("--length", type=int, default=256, help="length of the repeated-token sequence")
-    pe.add_argument("--layer", type=int, default=0, help="layer whose attention maps are measured")
+    pe = command("pe", "translation invariance and monotonicity of the attention per head")
+    pe.add_argument("--length", type=int, default=256,
+                    help="length of the repeated-token sequence (default: %(default)s)")
+    pe.add_argument("--layer", type=int, default=0,
+                    help="layer whose attention maps are measured (default: %(default)s)")
     pe.add_argument("--token", default=None, help="the repeated token (default: first non-special token)")
-    pe.add_argument("--draws", type=int, default=4, help="positional codes averaged over")
+    pe.add_argument("--draws", type=int, default=4,
+                    help="positional codes averaged over (default: %(default)s)")
 
-    templates = command("templates", "learned SPE templates with the gates applied", repeat=True)
-    templates.add_argument("--length", type=int, default=128, help="positions shown")
-    templates.add_argument("--layers", type=int, nargs="+", default=[0], help="layers (their gates)")
-    templates.add_argument("--heads", type=int, default=4, help="heads shown (rows)")
-    templates.add_argument("--features", type=int, default=4, help="features shown per head (columns)")
+    templates = command("templates", "learned SPE templates with the gates applied")
+    templates.add_argument("--length", type=int, default=128, help="positions shown (default: %(default)s)")
+    templates.add_argument("--layers", type=int, nargs="+", default=[0],
+                           help="layers (their gates) (default: %(default)s)")
+    templates.add_argument("--heads", type=int, default=4, help="heads shown (rows) (default: %(default)s)")
+    templates.add_argument("--features", type=int, default=4,
+                           help="features shown per head (columns) (default: %(default)s)")
     return parser
 
 

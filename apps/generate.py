@@ -32,18 +32,20 @@ BAR_CHECK_EVERY = 16  # tokens between two checks of the --bars stop condition
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="spe-generate", description=__doc__.split("\n\n")[0],
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneLineParser(prog="spe-generate", description=__doc__.split("\n\n")[0])
     checkpoint_argument(parser)
-    parser.add_argument("--out", default="song.mid", help="output MIDI (.txt/.png/.wav written beside)")
+    parser.add_argument("--out", default="song.mid",
+                        help="output MIDI (.txt/.png/.wav written beside) (default: %(default)s)")
     parser.add_argument("--prompt", default=None, help="MIDI file whose first bars prompt the model")
-    parser.add_argument("--prompt-bars", type=int, default=4, help="bars of --prompt to keep")
+    parser.add_argument("--prompt-bars", type=int, default=4,
+                        help="bars of --prompt to keep (default: %(default)s)")
     parser.add_argument("--tokens", type=int, default=None,
                         help="new tokens to generate (default: the checkpoint's generate.tokens); "
                              "with --bars, the token budget")
     parser.add_argument("--bars", type=int, default=None, help="stop after this many new bars")
     parser.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: config)")
-    parser.add_argument("--temperature", type=float, default=None, help="softmax temperature (default: config)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="softmax temperature (default: config)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: config)")
     parser.add_argument("--no-constraints", action="store_true", help="do not mask ungrammatical tokens")
     parser.add_argument("--soundfont", default=None, help="General MIDI .sf2 for the WAV rendering")

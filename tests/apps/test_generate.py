@@ -88,7 +88,8 @@ def test_generation_writes_midi_tokens_and_pianoroll(remi_run, remi, tmp_path):
     midi = miditoolkit.MidiFile(str(out))  # a readable MIDI file with the decoded notes
     decoded = remi.decode(remi.strings_to_ids(tokens))
     def sounding(music):  # MIDI cannot hold zero-length notes (Note_Duration_0)
-        return sorted((n.start, n.end, n.pitch) for i in music.instruments for n in i.notes if n.end > n.start)
+        return sorted((n.start, n.end, n.pitch) for i in music.instruments for n in i.notes
+                      if n.end > n.start)
 
     assert sounding(midi) == sounding(decoded)
 
