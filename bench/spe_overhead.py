@@ -1,0 +1,116 @@
+"""Cost of SPE over APE for one training step (forward, backward, Adam): time and peak memory.
+
+Each variant runs in a fresh subprocess (so that ru_maxrss is its own peak); the variants are
+interleaved and repeated, and medians are reported. Default setting: 6 layers, d_model 256,
+8 heads, d_ff 1024, N = 2048 tokens, batch 2, R = 64, M = 128, gated SPE shared across layers.
+
+    .venv/bin/python bench/spe_overhead.py
+    .venv/bin/python bench/spe_overhead.py --repeats 5 --steps 3 --attention torch
+
+Printed: per variant the median step time, peak RSS and peak RSS above the process' baseline
+(RSS after building the model and data, before the first step), then the SPE / APE ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from model import ModelConfig, MusicPerformer
+
+VOCAB = 340  # about the REMI vocabulary
+VARIANTS = ("ape", "sine_spe", "conv_spe")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> dict[str, float]:
+    """Median seconds of a training step on `tokens` (B, N + 1) after one warm-up step, and memory."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    baseline = peak_rss_mb()
+
+    def train_step() -> None:
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    train_step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        train_step()
+        times.append(time.perf_counter() - start)
+    peak = peak_rss_mb()
+    return {"seconds": statistics.median(times), "peak_mb": peak, "extra_mb": peak - baseline}
+
+
+def run_isolated(script: str, spec: dict) -> dict:
+    """Run `script --worker JSON` in a fresh interpreter and parse the JSON it prints last."""
+    result = subprocess.run([sys.executable, script, "--worker", json.dumps(spec)],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"worker {spec} failed:\n{result.stderr}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def worker(spec: dict) -> dict:
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=VOCAB, n_layer=spec["layers"], n_head=8, d_model=spec["d_model"],
+                      d_ff=4 * spec["d_model"], pe=spec["pe"], gated=True, share_pe=True,
+                      attention=spec["attention"], max_len=spec["length"])
+    model = MusicPerformer(cfg).train()
+    tokens = torch.randint(0, VOCAB, (spec["batch"], spec["length"] + 1))
+    return time_training(model, tokens, spec["steps"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--length", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per process")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per variant")
+    parser.add_argument("--attention", default="ft", choices=("ft", "torch"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+
+    runs: dict[str, list[dict]] = {pe: [] for pe in VARIANTS}
+    for _ in range(args.repeats):
+        for pe in VARIANTS:
+            spec = {"pe": pe, "layers": args.layers, "d_model": args.d_model, "length": args.length,
+                    "batch": args.batch, "steps": args.steps, "attention": args.attention}
+            runs[pe].append(run_isolated(__file__, spec))
+    medians = {pe: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+               for pe, rs in runs.items()}
+    print(f"{args.layers} layers, d_model {args.d_model}, N {args.length}, batch {args.batch}, "
+          f"attention {args.attention}, {torch.get_num_threads()} threads, "
+          f"medians of {args.repeats} processes x {args.steps} steps")
+    for pe, m in medians.items():
+        print(f"  {pe:9s} step {m['seconds']:.3f} s   peak RSS {m['peak_mb']:.0f} MiB   "
+              f"above baseline {m['extra_mb']:.0f} MiB")
+    ape = medians["ape"]
+    for pe in VARIANTS[1:]:
+        m = medians[pe]
+        print(f"  {pe} / ape: time {m['seconds'] / ape['seconds']:.3f}   peak RSS "
+              f"{m['peak_mb'] / ape['peak_mb']:.3f}   above baseline {m['extra_mb'] / ape['extra_mb']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

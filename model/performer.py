@@ -1,0 +1,156 @@
+"""MusicPerformer: a decoder-only Performer (FAVOR+ causal attention) with pluggable positional encoding.
+
+    tokens -> embedding * sqrt(d_model) (+ absolute PE) -> dropout -> n_layer pre-LN blocks
+           -> LayerNorm -> linear head (untied from the embedding, as in the paper's models) -> logits
+
+The positional encoding's per-forward context (SPE codes, rope angles) is computed once at model
+level and shared by the layers. A forward pass without a positional code draws a fresh one (in
+training and in eval alike: SPE is stochastic); pass `draw_positional_code(length)`'s result to
+fix it, e.g. for evaluation, generation or comparing a parallel forward with recurrent steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from model.attention import Block, LayerState
+from model.config import ModelConfig
+from model.kernels import resolve_kernel
+from model.positional import PositionalCode, StochasticPE, build_positional_encoding
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerationState:
+    position: int  # index of the next token to be fed to `step`
+    code: PositionalCode | None  # the SPE realisation used for the whole sequence
+    layers: list[LayerState]  # recurrent attention state of each layer
+
+
+class MusicPerformer(nn.Module):
+    """Performer language model over token ids; see the module docstring."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.attention_kernel, kernel = resolve_kernel(cfg.attention)  # effective kernel name
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pe = build_positional_encoding(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList([Block(cfg, layer, self.pe.qk_dims, kernel)
+                                     for layer in range(cfg.n_layer)])
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        for name, parameter in self.named_parameters():
+            if name.endswith("attn.proj.weight") or name.endswith("mlp.proj.weight"):
+                nn.init.normal_(parameter, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """GPT-2 initialisation of linear and embedding layers (SPE keeps its own)."""
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def spe(self) -> nn.Module | None:
+        """The shared SineSPE / ConvSPE (None without SPE, or with share_pe=False: see pe.spes)."""
+        if isinstance(self.pe, StochasticPE) and len(self.pe.spes) == 1:
+            return self.pe.spes[0]
+        return None
+
+    def gates(self) -> list[torch.Tensor] | None:
+        """Per layer, the (H, D) gate values delta in [0, 1] (None unless gated SPE)."""
+        if not (isinstance(self.pe, StochasticPE) and self.cfg.gated):
+            return None
+        return [f.gate_values() for f in self.pe.filters]
+
+    def num_parameters(self, trainable_only: bool = True) -> int:
+        """Number of (trainable) parameters."""
+        return count_parameters(self, trainable_only)
+
+    @torch.no_grad()
+    def redraw_features(self, generator: torch.Generator | None = None) -> None:
+        """Draw new FAVOR+ random features in every layer (they are fixed otherwise)."""
+        for block in self.blocks:
+            block.attn.features.redraw(generator)
+
+    def draw_positional_code(self, length: int, generator: torch.Generator | None = None
+                             ) -> PositionalCode | None:
+        """One SPE realisation for positions 0 .. length-1, shared by the batch (None if not SPE)."""
+        return self.pe.draw_code(length, generator)
+
+    def forward(self, tokens: torch.Tensor, positional_code: PositionalCode | None = None
+                ) -> torch.Tensor:
+        """(B, N) token ids -> (B, N, vocab_size) next-token logits."""
+        x, context = self._embed(tokens, positional_code, start=0)
+        for block in self.blocks:
+            x = block(x, self.pe, context)
+        return self.head(self.ln_f(x))
+
+    def attention_maps(self, tokens: torch.Tensor, layer: int = 0,
+                       positional_code: PositionalCode | None = None) -> torch.Tensor:
+        """Unnormalised causal attention phi(q) phi(k)^T of one layer: (B, H, N, N), float64."""
+        if not 0 <= layer < self.cfg.n_layer:
+            raise ValueError(f"layer must be in 0 .. {self.cfg.n_layer - 1}, got {layer}")
+        x, context = self._embed(tokens, positional_code, start=0)
+        for block in self.blocks[:layer]:
+            x = block(x, self.pe, context)
+        block = self.blocks[layer]
+        return block.attn.attention_map(block.ln_attn(x), self.pe, context)
+
+    def init_state(self, batch_size: int, positional_code: PositionalCode | None = None
+                   ) -> GenerationState:
+        """Empty recurrent state; without a code, SPE draws one (conv_spe: for cfg.max_len tokens)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if positional_code is None:
+            positional_code = self.draw_positional_code(self.cfg.max_len)
+        like = self.head.weight
+        layers = [block.attn.initial_state(batch_size, like) for block in self.blocks]
+        return GenerationState(position=0, code=positional_code, layers=layers)
+
+    def step(self, tokens: torch.Tensor, state: GenerationState
+             ) -> tuple[torch.Tensor, GenerationState]:
+        """Feed the tokens (B,) at position state.position: logits (B, vocab_size), next state."""
+        if tokens.dim() != 1 or tokens.shape[0] != state.layers[0].kv.shape[0]:
+            raise ValueError(f"step expects tokens of shape ({state.layers[0].kv.shape[0]},), "
+                             f"got {tuple(tokens.shape)}")
+        x, context = self._embed(tokens[:, None], state.code, start=state.position)  # (B, 1, C)
+        layers = []
+        for block, layer_state in zip(self.blocks, state.layers):
+            x, layer_state = block.step(x, self.pe, context, layer_state)
+            layers.append(layer_state)
+        logits = self.head(self.ln_f(x))[:, 0]  # (B, V)
+        return logits, GenerationState(position=state.position + 1, code=state.code, layers=layers)
+
+    def _embed(self, tokens: torch.Tensor, code: PositionalCode | None, start: int):
+        """Checked tokens (B, N) -> embeddings (B, N, C) and the positional context of the layers."""
+        if tokens.dim() != 2 or tokens.shape[1] < 1:
+            raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+        if tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size:
+            raise ValueError(f"token ids must be in 0 .. {self.cfg.vocab_size - 1}, got "
+                             f"{int(tokens.min())} .. {int(tokens.max())}")
+        length = tokens.shape[1]
+        if code is None:
+            code = self.draw_positional_code(start + length)
+        context = self.pe.context(code, start, length)
+        x = self.embedding(tokens) * math.sqrt(self.cfg.d_model)  # (B, N, C)
+        return self.dropout(self.pe.embed(x, start)), context
+
+
+def count_parameters(module: nn.Module, trainable_only: bool = True) -> int:
+    """Number of (trainable) parameters of any module."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
