@@ -6,7 +6,9 @@ A piece is ``Bar [TimeSig] (Beat [Tempo] [Chord] (Pitch Velocity Duration)*)* ..
   (not after the second part of a split 5/4 bar);
 * ``Beat`` positions strictly increase inside a bar and stay below the length of the current bar part;
 * ``Tempo`` and ``Chord`` (at most one each, either order) only right after a ``Beat``, before its notes;
-* a ``Pitch`` is followed by a ``Velocity`` then a ``Duration``;
+* a ``Pitch`` is followed by a ``Velocity`` then a ``Duration`` of at least one sub-beat
+  (``Note_Duration_0`` is in the paper's vocabulary but would make a note MIDI cannot hold; our
+  encoder never writes it, and the decoder skips it as an invalid event);
 * after ``EOS`` only ``PAD``.
 
 :class:`REMIConstraintState` tracks this incrementally (``allowed()`` / ``accepts(id)`` / ``advance(id)``);
@@ -73,6 +75,7 @@ class TokenTable:
             elif kind in (Kind.BEAT, Kind.TEMPO, Kind.PITCH, Kind.VELOCITY):
                 self.values[idx] = int(value)
         self.masks = {kind: self.kinds == kind for kind in Kind}  # kind -> (size,) bool
+        self.masks[Kind.DURATION] &= self.values > 0  # Note_Duration_0 is never valid
         beats = np.flatnonzero(self.masks[Kind.BEAT])
         self.beat_ids = beats[np.argsort(self.values[beats])]  # id of Beat_i at index i
         self.kind_list = self.kinds.tolist()  # fast per-token lookups in Python loops
@@ -155,7 +158,7 @@ class REMIConstraintState:
         if phase == Phase.PITCH:
             return kind == Kind.VELOCITY
         if phase == Phase.VELOCITY:
-            return kind == Kind.DURATION
+            return kind == Kind.DURATION and value > 0
         return kind == Kind.PAD
 
     def allowed(self) -> np.ndarray:

@@ -176,3 +176,16 @@ def test_bar_starts(tok, on_grid_midi):
     assert len(starts) == 7 and starts[0] == 0
     assert all(tok.vocab.token(ids[i]) == "Bar_None" for i in starts)
     assert tok.vocab["Bar_None"] not in np.delete(np.asarray(ids), starts)
+
+
+def test_zero_duration_is_never_allowed_and_is_skipped_by_decode(tok):
+    ids = tok.strings_to_ids(["Bar_None", "Beat_0", "Note_Pitch_60", "Note_Velocity_64"])
+    state = tok.constraint_state()
+    for token_id in ids:
+        state.advance(token_id)
+    zero, one = tok.vocab["Note_Duration_0"], tok.vocab["Note_Duration_120"]
+    assert not state.allowed()[zero] and not state.accepts(zero)
+    assert state.allowed()[one]
+    report = tok.decode_with_report(ids + [zero, tok.eos_id])
+    assert report.skipped >= 1
+    assert all(n.end > n.start for inst in report.music.instruments for n in inst.notes)
