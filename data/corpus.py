@@ -73,10 +73,8 @@ class TokenCorpus:
         if not (self.root / "summary.json").is_file():
             raise FileNotFoundError(f"{self.root}: not a corpus folder (no summary.json)")
         self.summary: dict[str, Any] = json.loads((self.root / "summary.json").read_text())
-        import groove  # noqa: F401  (registers GrooveTokenizer for BaseTokenizer.load)
-        import remi  # noqa: F401  (registers REMITokenizer)
-
-        self.tokenizer: BaseTokenizer = BaseTokenizer.load(self.root / "vocab.json")  # as the corpus was built
+        vocab = json.loads((self.root / "vocab.json").read_text())
+        self.tokenizer: BaseTokenizer = tokenizer_from_dict(vocab)  # the tokenizer the corpus was built with
         self._tokens: dict[str, np.ndarray] = {}  # split -> memory-mapped (total,) int32
         self._index: dict[str, list[PieceInfo]] = {}  # split -> pieces in file order
         for split in SPLITS:
@@ -108,6 +106,14 @@ class TokenCorpus:
     def __repr__(self) -> str:
         counts = ", ".join(f"{s}: {len(self._index[s])} pieces" for s in SPLITS)
         return f"TokenCorpus({str(self.root)!r}, {type(self.tokenizer).__name__}, {counts})"
+
+
+def tokenizer_from_dict(data: dict[str, Any]) -> BaseTokenizer:
+    """``BaseTokenizer.from_dict`` with the project's formats registered (also in a fresh process)."""
+    import groove  # noqa: F401  (registers GrooveTokenizer)
+    import remi  # noqa: F401  (registers REMITokenizer)
+
+    return BaseTokenizer.from_dict(data)
 
 
 def load_corpus(root: str | Path) -> TokenCorpus:
@@ -310,6 +316,7 @@ __all__ = [
     "midi_meters",
     "name_hash",
     "split_pieces",
+    "tokenizer_from_dict",
     "truncate_at_bar",
     "write_corpus",
 ]

@@ -28,8 +28,9 @@ class CropDataset(Dataset):
     full crop, plus the first bar start after them (so the end of the piece is seen too); a piece
     shorter than the crop starts at its first bar. With ``max_bars`` the crop also stops before the
     ``max_bars``-th bar after its start (the paper's "at most 48 bars"). The transposition is drawn
-    uniformly from ``-transpose .. +transpose``, re-drawn (without replacement) while the crop would leave
-    the tokenizer's pitch range.
+    uniformly from ``-transpose .. +transpose`` (the paper: 6 for REMI, 5 for Groove2Groove), re-drawn
+    (without replacement) while the crop would leave the tokenizer's pitch range. Padding uses
+    ``tokenizer.pad_id`` (PAD_None for REMI, the end token for Groove).
     """
 
     def __init__(

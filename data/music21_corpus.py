@@ -39,6 +39,7 @@ from data.corpus import (
     cached_corpus,
     midi_meters,
     split_pieces,
+    tokenizer_from_dict,
     truncate_at_bar,
     write_corpus,
 )
@@ -152,7 +153,7 @@ def build_default_corpus(
 ) -> TokenCorpus:
     """Build (or reuse) the default corpus in ``root``; see the module docstring.
 
-    ``max_chorales`` (None: all 433), ``max_long_pieces`` and ``max_folk_files`` limit the selection;
+    ``max_chorales`` (None: all 410), ``max_long_pieces`` and ``max_folk_files`` limit the selection;
     pieces longer than ``max_piece_tokens`` are cut at a bar line. ``workers=1`` runs in this process.
     """
     if tokenizer is None:
@@ -220,7 +221,7 @@ _WORKER_TOKENIZER: BaseTokenizer | None = None  # the tokenizer of this worker p
 
 def _init_worker(tokenizer_dict: dict[str, Any]) -> None:
     global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = BaseTokenizer.from_dict(tokenizer_dict)
+    _WORKER_TOKENIZER = tokenizer_from_dict(tokenizer_dict)
 
 
 def _work(task: Task) -> TaskResult:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -57,6 +59,13 @@ def test_loaded_corpus_matches(tiny):
     for split in SPLITS:
         assert again.names(split) == tiny.names(split)
         assert all(np.array_equal(a, b) for a, b in zip(again.pieces(split), tiny.pieces(split)))
+
+
+def test_load_in_a_fresh_process(tiny):
+    """load_corpus registers the tokenizer formats itself (nothing imported beforehand)."""
+    code = "import sys; from data import load_corpus; print(load_corpus(sys.argv[1]).tokenizer.vocab_size)"
+    out = subprocess.run([sys.executable, "-c", code, str(tiny.root)], capture_output=True, text=True, check=True)
+    assert int(out.stdout.split()[-1]) == tiny.tokenizer.vocab_size
 
 
 def test_full_cache_reused(tiny, monkeypatch):
