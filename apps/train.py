@@ -77,8 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if dist_env.rank == 0 else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        if dist_env.world > 1:
-            dist_env.init()
         return run(args, dist_env)
     except (ValueError, OSError, TokenizationError) as error:
         print(f"spe-train: error: {error}", file=sys.stderr)
@@ -95,7 +93,9 @@ def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
     """Resolve config, corpus and run directory, then train; returns the exit status."""
     config_name = Path(args.config or DEFAULT_CONFIG).stem
     out = Path(args.out or Path("runs") / config_name)
-    overrides = list(args.overrides) + ([f"train.max_steps={args.max_steps}"] if args.max_steps else [])
+    overrides = list(args.overrides)
+    if args.max_steps is not None:
+        overrides.append(f"train.max_steps={args.max_steps}")
     resume_from = resolve_checkpoint(out) if args.resume and list_checkpoints(out) else None
     if resume_from is not None:
         if args.config:
@@ -108,6 +108,9 @@ def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
         elif list_checkpoints(out):
             raise ValueError(f"{out} already holds a run; pass --resume or choose another --out")
         cfg = load_config(args.config or DEFAULT_CONFIG, overrides)
+    device = resolve_device(cfg.train.device, dist_env.local_rank)
+    if dist_env.world > 1:
+        dist_env.init(device)
     corpus = prepare_corpus(cfg, dist_env)
     trainer = Trainer(cfg, corpus, out, dist_env)
     if resume_from is not None:
@@ -128,11 +131,11 @@ class DistEnv:
         return cls(rank=int(os.environ.get("RANK", 0)), local_rank=int(os.environ.get("LOCAL_RANK", 0)),
                    world=int(os.environ.get("WORLD_SIZE", 1)))
 
-    def init(self) -> None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(self.local_rank)
-        dist.init_process_group(backend=backend)
+    def init(self, device: torch.device) -> None:
+        """Join the process group: nccl for CUDA devices, gloo on CPU."""
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -174,6 +177,10 @@ def prepare_corpus(cfg: RunConfig, dist_env: DistEnv):
     name = type(corpus.tokenizer).__name__
     if name != TOKENIZER_OF_FORMAT[cfg.data.format]:
         raise ValueError(f"corpus {root} uses {name}, but data.format is {cfg.data.format}")
+    saved = corpus.tokenizer.config().get("time_signatures")
+    if cfg.data.format == "remi" and saved != cfg.data.time_signatures:
+        raise ValueError(f"corpus {root} was built with time_signatures={saved}, but "
+                         f"data.time_signatures is {cfg.data.time_signatures} (use another data.root)")
     return corpus
 
 

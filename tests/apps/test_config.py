@@ -60,6 +60,9 @@ def test_bad_values_are_refused(tmp_path):
 def test_ints_are_accepted_for_floats(tmp_path):
     cfg = load_config(write(tmp_path, {"train": {"grad_clip": 1}}))
     assert cfg.train.grad_clip == 1.0 and isinstance(cfg.train.grad_clip, float)
+    path = tmp_path / "plain.yaml"
+    path.write_text("train:\n  lr: 3e-4\n")  # YAML 1.1 reads 3e-4 as a string
+    assert load_config(path).train.lr == 3e-4
 
 
 def test_set_overrides_parse_with_the_field_type(tmp_path):
