@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import importlib
 import logging
 import math
 import os
@@ -172,7 +171,6 @@ def prepare_corpus(cfg: RunConfig, dist_env: DistEnv):
         logger.info("building the %s corpus in %s", cfg.data.kind, root)
         build_corpus(cfg, root, data)
     dist_env.barrier()
-    importlib.import_module(cfg.data.format)  # registers the tokenizer class named in vocab.json
     corpus = data.load_corpus(root)
     name = type(corpus.tokenizer).__name__
     if name != TOKENIZER_OF_FORMAT[cfg.data.format]:
