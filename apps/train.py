@@ -393,7 +393,8 @@ class Trainer:
         """One optimisation step; returns (mean loss, gradient norm, target tokens) over processes."""
         t = self.cfg.train
         inputs, targets = self.stream.next()
-        inputs, targets = inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+        inputs = inputs.to(self.device, non_blocking=True)  # (B, N)
+        targets = targets.to(self.device, non_blocking=True)  # (B, N)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, self.cfg)
         if self.redraw_due():
