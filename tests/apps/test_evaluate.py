@@ -26,14 +26,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CROP = 16  # training crop length of the tiny checkpoints (the NLL curve goes to 2 x CROP)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread avoids thread-synchronisation overhead on loaded CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", corpus: Path | None = None,
               max_len: int = 256) -> Path:

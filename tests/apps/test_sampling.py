@@ -13,14 +13,6 @@ from model import ModelConfig, MusicPerformer
 from remi import REMITokenizer
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread avoids thread-synchronisation overhead on loaded CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 @pytest.fixture(scope="module")
 def tokenizer():
