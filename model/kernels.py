@@ -47,17 +47,20 @@ def causal_dot_product_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out.reshape(B, H, G * chunk, E)[:, :, :N]  # (B, H, N, E)
 
 
+def causal_dot_product_ft(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """fast_transformers' compiled causal_dot_product (raises ImportError without the package)."""
+    from fast_transformers.causal_product import causal_dot_product
+
+    return causal_dot_product(q.contiguous(), k.contiguous(), v.contiguous())
+
+
 def _load_fast_transformers() -> CausalKernel | None:
-    """fast_transformers' causal_dot_product, or None when the package cannot be imported."""
+    """`causal_dot_product_ft`, or None when fast_transformers cannot be imported."""
     try:
-        from fast_transformers.causal_product import causal_dot_product
+        import fast_transformers.causal_product  # noqa: F401
     except ImportError as error:
         logger.debug("fast_transformers unavailable: %s", error)
         return None
-
-    def causal_dot_product_ft(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return causal_dot_product(q.contiguous(), k.contiguous(), v.contiguous())
-
     return causal_dot_product_ft
 
 

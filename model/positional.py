@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from model.config import ModelConfig
+from spe import ConvSPE, SineSPE, SPEFilter
 
 
 @dataclass
@@ -121,8 +122,6 @@ class StochasticPE(PositionalEncoding):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
-        from spe import ConvSPE, SPEFilter, SineSPE
-
         self.qk_dims = cfg.num_realizations
         self.num_realizations = cfg.num_realizations
         self.gated = cfg.gated
