@@ -21,6 +21,7 @@ from data import build_groove_corpus, build_midi_folder_corpus
 from groove import GrooveTokenizer
 from model import MusicPerformer
 from remi import REMITokenizer
+from cli_helpers import exit_status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CROP = 16  # training crop length of the tiny checkpoints (the NLL curve goes to 2 x CROP)
@@ -209,11 +210,7 @@ def test_bad_input_fails_with_one_line_and_no_output(case, runs, remi_corpus, tm
     }[case]
     if args:
         args += ["--out", str(out), "--no-progress"]
-    try:
-        status = main(args)
-    except SystemExit as exit:  # argparse's own usage errors
-        status = exit.code
-    assert status != 0
+    assert exit_status(main, args) != 0
     message = one_error_line(capsys)
     expected = {"templates_without_spe": "pe=none", "groove_with_remi": "REMITokenizer",
                 "missing_checkpoint": "not found", "empty_heldout_split": "no pieces",

@@ -16,6 +16,7 @@ from apps.generate import main
 from groove import GrooveTokenizer
 from model import MusicPerformer
 from remi import REMITokenizer
+from cli_helpers import exit_status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -166,11 +167,7 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
         args[5] = "30"
     elif case == "bad_option":
         args += ["--top-p", "lots"]
-    try:
-        status = main(args)
-    except SystemExit as exit:  # argparse's own usage errors
-        status = exit.code
-    assert status != 0
+    assert exit_status(main, args) != 0
     message = assert_one_error_line(capsys)
     if case == "too_long":
         assert "16 positions" in message
