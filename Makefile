@@ -7,11 +7,12 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile scripts/install_fast_transformers.sh
+$(STAMP): pyproject.toml Makefile scripts/install_fast_transformers.sh csrc/spe_kernels/setup.py csrc/spe_kernels/contract.cpp
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install "torch==2.13.0" numpy
 	bash scripts/install_fast_transformers.sh $(VENV)
+	$(BIN)/python -m pip install --no-build-isolation --no-deps --force-reinstall ./csrc/spe_kernels
 	$(BIN)/python -m pip install -e ".[test]"
 	touch $(STAMP)
 

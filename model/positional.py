@@ -14,14 +14,14 @@ noise); the same code gives the same encoding, in a parallel forward or step by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from model.config import ModelConfig
-from spe import ConvSPE, SineSPE, SPEFilter
+from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
 
 
 @dataclass
@@ -29,6 +29,11 @@ class PositionalCode:
     noises: list[torch.Tensor]  # SPE noise, one per code generator (1 when share_pe, else n_layer)
     gate_noises: list[torch.Tensor] | None  # per layer (H, D, R) gate noise; None when ungated
     length: int  # number of positions the code was drawn for (conv_spe cannot go beyond)
+    # generation: per generator, the (qbar, kbar) of the block of CODE_BLOCK positions in use
+    blocks: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+CODE_BLOCK = 64  # positions of code evaluated at once when stepping without gradients
 
 
 class PositionalEncoding(nn.Module):
@@ -135,6 +140,10 @@ class StochasticPE(PositionalEncoding):
                            num_realizations=cfg.num_realizations, kernel_size=cfg.kernel_size)
 
         self.spes = nn.ModuleList([generator() for _ in range(1 if cfg.share_pe else cfg.n_layer)])
+        # how the layers apply a code: None (best available) / "compiled" / "torch" backend of a
+        # SharedCode (one code, gradients accumulated in place), or "autograd" (the (qbar, kbar)
+        # tuple, plain autograd: the reference); the values are the same
+        self.contraction: str | None = None
         code_shape = self.spes[0].code_shape
         self.filters = nn.ModuleList([SPEFilter(gated=cfg.gated, code_shape=code_shape)
                                       for _ in range(cfg.n_layer)])
@@ -157,11 +166,36 @@ class StochasticPE(PositionalEncoding):
         if len(code.noises) != len(self.spes) or (code.gate_noises is None) == self.gated:
             raise ValueError("this positional code was drawn for another SPE configuration "
                              "(share_pe / gated differ)")
-        codes = [spe.codes(noise, start, length) for spe, noise in zip(self.spes, code.noises)]
-        return codes, code  # codes: one (qbar, kbar) per generator, each (1, N, H, D, R)
+        codes = [self._codes(index, code, start, length) for index in range(len(self.spes))]
+        if self.contraction != "autograd":
+            codes = [SharedCode(qbar, kbar, self.contraction) for qbar, kbar in codes]
+        return codes, code  # codes: one SharedCode (or (qbar, kbar), each (1, N, H, D, R)) per generator
+
+    def _codes(self, index: int, code: PositionalCode, start: int, length: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(qbar, kbar) of generator `index` at positions start .. start+length-1, (1, N, H, D, R).
+
+        Without gradients (generation), short requests are served from a block of CODE_BLOCK
+        positions evaluated at once: stepping then costs one code evaluation per block, not per token
+        (convSPE evaluates a code by FFT over the filter length).
+        """
+        spe, noise = self.spes[index], code.noises[index]
+        if torch.is_grad_enabled() or length >= CODE_BLOCK:
+            return spe.codes(noise, start, length)
+        first = start - start % CODE_BLOCK
+        versions = tuple(p._version for p in spe.parameters())  # a trained generator invalidates it
+        cached = code.blocks.get(index)
+        if cached is None or cached[0] != first or cached[1] != versions or start + length > cached[2]:
+            end = first + CODE_BLOCK if isinstance(spe, SineSPE) else min(first + CODE_BLOCK, code.length)
+            end = max(end, start + length)
+            cached = (first, versions, end, spe.codes(noise, first, end - first))
+            code.blocks[index] = cached
+        offset = start - first
+        qbar, kbar = cached[3]
+        return qbar[:, offset:offset + length], kbar[:, offset:offset + length]
 
     def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor,
-                     context: tuple[list[tuple[torch.Tensor, torch.Tensor]], PositionalCode]
+                     context: tuple[list[SharedCode | tuple[torch.Tensor, torch.Tensor]], PositionalCode]
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         codes, code = context
         pair = codes[0] if len(codes) == 1 else codes[layer]

@@ -21,6 +21,7 @@ with weight delta = sigmoid(gate) per (head, d); its effective kernel is (1 - de
 
 from spe.conv import ConvSPE
 from spe.filter import SPEFilter
+from spe.shared import SharedCode
 from spe.sine import SineSPE
 
-__all__ = ["SineSPE", "ConvSPE", "SPEFilter"]
+__all__ = ["SineSPE", "ConvSPE", "SPEFilter", "SharedCode"]

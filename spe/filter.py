@@ -1,10 +1,13 @@
 """SPEFilter: applies a positional code (qbar, kbar) to queries and keys, with an optional learned gate."""
 
 import math
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import nn
+
+from spe.contract import contract, contract_backward
+from spe.shared import SharedCode
 
 Code = Tuple[torch.Tensor, torch.Tensor]
 
@@ -33,14 +36,18 @@ class SPEFilter(nn.Module):
             # gate logits g; delta = sigmoid(g) is the weight of position-free attention per (head, d)
             self.gate = nn.Parameter(torch.randn(self.code_shape))
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, code: Code,
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, code: Union[Code, SharedCode],
                 gate_noise: Optional[torch.Tensor] = None):
         """(qhat, khat), each (B, *size, H, R).
 
         queries, keys: (B, *size, H, D). code: (qbar, kbar), each (1, *code_size, H, D, R) with
-        code_size >= size (longer codes are cropped). gate_noise: optional (H, D, R) eps (see
-        `draw_gate_noise`), to hold it fixed across calls; drawn afresh when None; ignored when not gated.
+        code_size >= size (longer codes are cropped), or a `SharedCode` of them (the fast path when
+        several filters use one code, e.g. the layers of a model). gate_noise: optional (H, D, R) eps
+        (see `draw_gate_noise`), to hold it fixed across calls; drawn afresh when None; ignored when
+        not gated.
         """
+        if isinstance(code, SharedCode):
+            return self._forward_shared(queries, keys, code, gate_noise)
         qbar, kbar = code
         self._check(queries, keys, qbar, kbar)
         size = queries.shape[1:-2]
@@ -52,20 +59,44 @@ class SPEFilter(nn.Module):
         code_flat = (positions, *qbar.shape[-3:])
         queries, keys = queries.reshape(flat), keys.reshape(flat)       # (B, S, H, D)
         qbar, kbar = qbar.reshape(code_flat), kbar.reshape(code_flat)   # (S, H, D, R)
-        if not self.gated:
-            qhat, khat = _mix_code(queries, qbar), _mix_code(keys, kbar)
-        else:
-            r = qbar.shape[-1]
-            if gate_noise is None:
-                gate_noise = self.draw_gate_noise(r)
-            elif tuple(gate_noise.shape) != (*self.code_shape, r):
-                raise ValueError(f"gate_noise must have shape {(*self.code_shape, r)}, got {tuple(gate_noise.shape)}")
-            delta = torch.sigmoid(self.gate)                            # (H, D)
-            positional, free = torch.sqrt(1 - delta), torch.sqrt(delta)
-            qhat = _mix_code(queries, qbar, positional, gate_noise, free)
-            khat = _mix_code(keys, kbar, positional, gate_noise, free)
+        positional, gate_noise, free = self._gate_terms(gate_noise, qbar.shape[-1])
+        qhat = _mix_code(queries, qbar, positional, gate_noise, free)
+        khat = _mix_code(keys, kbar, positional, gate_noise, free)
         out_shape = (queries.shape[0], *size, *qhat.shape[-2:])
         return qhat.view(out_shape), khat.view(out_shape)               # (B, *size, H, R)
+
+    def _forward_shared(self, queries, keys, code: SharedCode, gate_noise):
+        """`forward` for a SharedCode: same values, the code gradient accumulated in place."""
+        if queries.shape != keys.shape or queries.dim() < 3:
+            raise ValueError(f"queries and keys must have the same shape (B, *size, H, D), got "
+                             f"{tuple(queries.shape)} and {tuple(keys.shape)}")
+        heads_features = tuple(code.shape[-3:-1])
+        if tuple(queries.shape[-2:]) != heads_features or (
+                self.code_shape is not None and heads_features != self.code_shape):
+            raise ValueError(f"queries have (heads, features) {tuple(queries.shape[-2:])}, the code "
+                             f"{heads_features}" + ("" if self.code_shape is None else
+                                                     f", this filter expects {self.code_shape}"))
+        size = tuple(queries.shape[1:-2])
+        positions = code.positions(size)                                # checks the size
+        flat = (queries.shape[0], positions[0].shape[0], *queries.shape[-2:])
+        queries, keys = queries.reshape(flat), keys.reshape(flat)       # (B, S, H, D)
+        positional, gate_noise, free = self._gate_terms(gate_noise, code.shape[-1])
+        qhat = _MixSharedCode.apply(queries, code.link, positional, gate_noise, free, code, 0)
+        khat = _MixSharedCode.apply(keys, code.link, positional, gate_noise, free, code, 1)
+        out_shape = (queries.shape[0], *size, *qhat.shape[-2:])
+        return qhat.reshape(out_shape), khat.reshape(out_shape)         # (B, *size, H, R)
+
+    def _gate_terms(self, gate_noise, num_realizations):
+        """(sqrt(1 - delta), eps, sqrt(delta)) of a gated filter (checked or drawn eps); Nones if not."""
+        if not self.gated:
+            return None, None, None
+        if gate_noise is None:
+            gate_noise = self.draw_gate_noise(num_realizations)
+        elif tuple(gate_noise.shape) != (*self.code_shape, num_realizations):
+            raise ValueError(f"gate_noise must have shape {(*self.code_shape, num_realizations)}, "
+                             f"got {tuple(gate_noise.shape)}")
+        delta = torch.sigmoid(self.gate)                                # (H, D)
+        return torch.sqrt(1 - delta), gate_noise, torch.sqrt(delta)
 
     def draw_gate_noise(self, num_realizations: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """eps: (H, D, R) i.i.d. N(0, 1) / (D R)^(1/4), so that E[sum_r eps_d eps_d] = sqrt(R / D)."""
@@ -153,3 +184,51 @@ class _MixCode(torch.autograd.Function):
             if grad_xc is not None:
                 grad_x = grad_x + grad_xc * c
         return grad_x, grad_code, grad_a, grad_noise, grad_c
+
+
+class _MixSharedCode(torch.autograd.Function):
+    """`_MixCode` for one code of a SharedCode: out = contract(x a, code) + (x c) . noise.
+
+    The code is read from the SharedCode (not an autograd input); its gradient (x a)^T grad is
+    accumulated in place into the SharedCode's buffer, and `link` (the SharedCode's tie to the
+    graph) receives a zero. Saves only its inputs.
+    """
+
+    @staticmethod
+    def forward(ctx, x, link, a, noise, c, shared, which):
+        ctx.shared, ctx.which = shared, which
+        ctx.save_for_backward(x, a, noise, c)
+        code = shared.codes[which][: x.shape[1]]                        # (S, H, D, R)
+        xa = x if a is None else x * a                                  # (B, S, H, D)
+        out = contract(xa, code, shared.backend)                        # (B, S, H, R)
+        if noise is not None:
+            out = out + torch.einsum("bshd,hdr->bshr", x * c, noise).to(out.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):                                            # grad: (B, S, H, R)
+        x, a, noise, c = ctx.saved_tensors
+        shared, which = ctx.shared, ctx.which
+        need_x, need_link, need_a, need_noise, need_c, _, _ = ctx.needs_input_grad
+        positions = x.shape[1]
+        code = shared.codes[which][:positions]
+        xa = x if a is None else x * a
+        buf = shared.gradient_buffer(which, positions) if need_link else None
+        grad_xa = contract_backward(grad, code, xa, buf, shared.backend).to(x.dtype)  # (B, S, H, D)
+        grad_x = grad_a = grad_noise = grad_c = None
+        if need_a:
+            grad_a = (grad_xa * x).sum(dim=(0, 1))                      # (H, D)
+        grad_xc = None
+        if noise is not None:
+            grad = grad.to(x.dtype)
+            grad_xc = torch.einsum("bshr,hdr->bshd", grad, noise.to(x.dtype))  # (B, S, H, D)
+            if need_noise:
+                grad_noise = torch.einsum("bshd,bshr->hdr", x * c, grad)  # (H, D, R)
+            if need_c:
+                grad_c = (grad_xc * x).sum(dim=(0, 1))                  # (H, D)
+        if need_x:
+            grad_x = grad_xa if a is None else grad_xa * a
+            if grad_xc is not None:
+                grad_x = grad_x + grad_xc * c
+        grad_link = grad.new_zeros(()) if need_link else None
+        return grad_x, grad_link, grad_a, grad_noise, grad_c, None, None

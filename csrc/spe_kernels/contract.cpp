@@ -1,0 +1,155 @@
+// CPU kernels of SPE's per-position code contraction (spe/contract.py is the reference).
+//
+//   forward:    out[b, s, h, r]  = sum_d x[b, s, h, d] code[s, h, d, r]
+//   backward:   gx[b, s, h, d]   = sum_r g[b, s, h, r] code[s, h, d, r]
+//               buf[s, h, d, r] += sum_b x[b, s, h, d] g[b, s, h, r]        (optional, same pass)
+//
+// code and buf are contiguous (S, H, D, R); x and g may have any strides. Each (s, h) block of the
+// code (D x R) is read once per call and reused for every batch row while it sits in cache, which
+// is what torch.bmm cannot do well for the tiny per-position (B x D) @ (D x R) products.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kGrain = 16;  // (s, h) blocks per parallel task
+
+// Calls f(scalar_t{}) for the float32 / float64 tensor t (a plain function, not AT_DISPATCH: the
+// loops below carry pragmas, which cannot stand inside a macro argument).
+template <typename F>
+void dispatch(const at::Tensor& t, F f) {
+  if (t.scalar_type() == at::kFloat) {
+    f(float(0));
+  } else if (t.scalar_type() == at::kDouble) {
+    f(double(0));
+  } else {
+    TORCH_CHECK(false, "spe_kernels support float32 and float64, got ", t.scalar_type());
+  }
+}
+
+void check_code(const at::Tensor& code, const char* name) {
+  TORCH_CHECK(code.device().is_cpu(), name, " must be a CPU tensor");
+  TORCH_CHECK(code.dim() == 4 && code.is_contiguous(), name, " must be a contiguous (S, H, D, R) tensor");
+}
+
+void check_rows(const at::Tensor& t, const at::Tensor& code, int64_t last, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.dim() == 4, name, " must be a (B, S, H, *) CPU tensor");
+  TORCH_CHECK(t.scalar_type() == code.scalar_type(), name, " and the code must have the same dtype");
+  TORCH_CHECK(t.size(1) == code.size(0) && t.size(2) == code.size(1) && t.size(3) == last, name,
+              " has shape ", t.sizes(), ", which does not match the code ", code.sizes());
+}
+
+at::Tensor contract_forward(const at::Tensor& x, const at::Tensor& code) {
+  check_code(code, "code");
+  check_rows(x, code, code.size(2), "x");
+  const int64_t B = x.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
+  auto out = at::empty({B, S, H, R}, code.options());
+  dispatch(code, [&](auto zero) {
+    using scalar_t = decltype(zero);
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* cp = code.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    const int64_t xb = x.stride(0), xs = x.stride(1), xh = x.stride(2), xd = x.stride(3);
+    at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
+      std::vector<scalar_t> acc(B * R);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t s = i / H, h = i % H;
+        const scalar_t* c = cp + i * D * R;
+        std::fill(acc.begin(), acc.end(), scalar_t(0));
+        for (int64_t d = 0; d < D; ++d) {
+          const scalar_t* __restrict__ row = c + d * R;
+          for (int64_t b = 0; b < B; ++b) {
+            const scalar_t v = xp[b * xb + s * xs + h * xh + d * xd];
+            scalar_t* __restrict__ a = acc.data() + b * R;
+#pragma omp simd
+            for (int64_t r = 0; r < R; ++r) a[r] += v * row[r];
+          }
+        }
+        for (int64_t b = 0; b < B; ++b) {
+          std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * S + s) * H + h) * R);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+// gx = sum_r g code (returned) and, when buf is given, buf += sum_b x^T g, in one pass over the code
+// and buf blocks. Each code block is first transposed to (R, D) in a local buffer, so that both
+// products are vectorised along the contiguous dimension.
+at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code, const c10::optional<at::Tensor>& x,
+                             const c10::optional<at::Tensor>& buf) {
+  check_code(code, "code");
+  check_rows(g, code, code.size(3), "grad");
+  const bool accumulate = buf.has_value() && buf->defined();
+  if (accumulate) {
+    check_code(*buf, "buf");
+    TORCH_CHECK(buf->sizes() == code.sizes() && buf->scalar_type() == code.scalar_type(),
+                "buf must have the code's shape and dtype");
+    TORCH_CHECK(x.has_value() && x->defined(), "accumulating into buf needs x");
+    check_rows(*x, code, code.size(2), "x");
+    TORCH_CHECK(x->size(0) == g.size(0), "x and grad must have the same batch size");
+  }
+  const int64_t B = g.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
+  auto out = at::empty({B, S, H, D}, code.options());
+  dispatch(code, [&](auto zero) {
+    using scalar_t = decltype(zero);
+    const scalar_t* gp = g.data_ptr<scalar_t>();
+    const scalar_t* cp = code.data_ptr<scalar_t>();
+    const scalar_t* xp = accumulate ? x->data_ptr<scalar_t>() : nullptr;
+    scalar_t* bp = accumulate ? buf->data_ptr<scalar_t>() : nullptr;
+    scalar_t* op = out.data_ptr<scalar_t>();
+    const int64_t gb = g.stride(0), gs = g.stride(1), gh = g.stride(2), gr = g.stride(3);
+    const int64_t xb = accumulate ? x->stride(0) : 0, xs = accumulate ? x->stride(1) : 0;
+    const int64_t xh = accumulate ? x->stride(2) : 0, xd = accumulate ? x->stride(3) : 0;
+    at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
+      std::vector<scalar_t> rows(B * R);  // this block's grad rows, contiguous (B, R)
+      std::vector<scalar_t> ct(R * D);    // this block's code, transposed (R, D)
+      std::vector<scalar_t> acc(D);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t s = i / H, h = i % H;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t r = 0; r < R; ++r) rows[b * R + r] = gp[b * gb + s * gs + h * gh + r * gr];
+        const scalar_t* c = cp + i * D * R;
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t r = 0; r < R; ++r) ct[r * D + d] = c[d * R + r];
+        for (int64_t b = 0; b < B; ++b) {
+          std::fill(acc.begin(), acc.end(), scalar_t(0));
+          for (int64_t r = 0; r < R; ++r) {
+            const scalar_t v = rows[b * R + r];
+            const scalar_t* __restrict__ col = ct.data() + r * D;
+            scalar_t* __restrict__ a = acc.data();
+#pragma omp simd
+            for (int64_t d = 0; d < D; ++d) a[d] += v * col[d];
+          }
+          std::copy(acc.begin(), acc.end(), op + ((b * S + s) * H + h) * D);
+        }
+        if (!accumulate) continue;
+        scalar_t* blk = bp + i * D * R;
+        for (int64_t d = 0; d < D; ++d) {
+          scalar_t* __restrict__ outrow = blk + d * R;
+          for (int64_t b = 0; b < B; ++b) {
+            const scalar_t v = xp[b * xb + s * xs + h * xh + d * xd];
+            const scalar_t* __restrict__ grow = rows.data() + b * R;
+#pragma omp simd
+            for (int64_t r = 0; r < R; ++r) outrow[r] += v * grow[r];
+          }
+        }
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "CPU kernels of SPE's per-position code contraction";
+  m.def("forward", &contract_forward, "out[b,s,h,r] = sum_d x[b,s,h,d] code[s,h,d,r]");
+  m.def("backward", &contract_backward, "gx[b,s,h,d] = sum_r g[b,s,h,r] code[s,h,d,r]; buf += x^T g",
+        pybind11::arg("grad"), pybind11::arg("code"), pybind11::arg("x") = pybind11::none(),
+        pybind11::arg("buf") = pybind11::none());
+}

@@ -1,0 +1,94 @@
+"""A code (qbar, kbar) shared by several SPEFilter calls, with one in-place gradient buffer per code.
+
+Applied with plain autograd, a code used by L layers gets L separate (S, H, D, R) gradients that
+are then added: L fresh tensors of the code's size per backward, each costing an allocation, a
+write and an add. A `SharedCode` instead hands the filters a detached code; every filter's backward
+accumulates its contribution in place into one buffer per code (`spe.contract.contract_backward`),
+and a link node passes the two buffers on to whatever produced the code (the generator's
+parameters) once, after all the filters' backwards have run. Whatever the depth, a forward keeps
+one code and a backward one gradient buffer per code.
+
+    code = SharedCode(*pe((B, N)))                 # or model code: SharedCode(qbar, kbar)
+    qhat, khat = filt(q, k, code)                  # any number of filters / layers
+
+Values and gradients equal those of passing the tuple (qbar, kbar) to every filter (tested).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spe.contract import backend_for
+
+
+class SharedCode:
+    """(qbar, kbar), each (1, *size, H, D, R), prepared for use by several filters.
+
+    Args:
+        qbar, kbar: the code, as returned by `SineSPE` / `ConvSPE`; gradients flow back to them.
+        backend: contraction backend ("compiled" or "torch"; default: the best available).
+    """
+
+    def __init__(self, qbar: torch.Tensor, kbar: torch.Tensor, backend: str | None = None):
+        if qbar.shape != kbar.shape or qbar.dim() < 5 or qbar.shape[0] != 1:
+            raise ValueError(f"qbar and kbar must both be (1, *size, H, D, R), got {tuple(qbar.shape)} "
+                             f"and {tuple(kbar.shape)}")
+        self.size = tuple(qbar.shape[1:-3])                              # positions per dimension
+        flat = (-1, *qbar.shape[-3:])
+        self.codes = (qbar.detach().reshape(flat).contiguous(),         # (S, H, D, R) each
+                      kbar.detach().reshape(flat).contiguous())
+        self.backend = backend_for(self.codes[0], backend)
+        self.gradients = _Gradients()
+        tracked = torch.is_grad_enabled() and (qbar.requires_grad or kbar.requires_grad)
+        # a scalar in the autograd graph: the filters take it as an input, its backward hands over
+        self.link = _Link.apply(qbar, kbar, self.gradients) if tracked else None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of qbar (and kbar): (1, *size, H, D, R)."""
+        return (1, *self.size, *self.codes[0].shape[1:])
+
+    def positions(self, size: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two codes at the first positions of a 1-D code, or all of them: (S', H, D, R) each."""
+        if tuple(size) == self.size:
+            return self.codes
+        if len(size) != 1 or len(self.size) != 1 or size[0] > self.size[0]:
+            raise ValueError(f"a SharedCode covering {self.size} positions cannot serve inputs of size "
+                             f"{tuple(size)} (only a prefix of a 1-D code can be used)")
+        return self.codes[0][: size[0]], self.codes[1][: size[0]]        # contiguous prefixes
+
+    def gradient_buffer(self, which: int, positions: int) -> torch.Tensor:
+        """The in-place gradient buffer of code `which` (0: qbar, 1: kbar), its first positions."""
+        return self.gradients.buffer(which, self.codes[which])[:positions]
+
+
+class _Gradients:
+    """The two gradient buffers, allocated on first use and handed over (then forgotten) once."""
+
+    def __init__(self) -> None:
+        self.buffers: list[torch.Tensor | None] = [None, None]
+
+    def buffer(self, which: int, like: torch.Tensor) -> torch.Tensor:
+        if self.buffers[which] is None:
+            self.buffers[which] = torch.zeros_like(like)
+        return self.buffers[which]
+
+    def take(self) -> list[torch.Tensor | None]:
+        buffers, self.buffers = self.buffers, [None, None]
+        return buffers
+
+
+class _Link(torch.autograd.Function):
+    """Forward: a scalar zero that ties the filters to (qbar, kbar). Backward: the buffers."""
+
+    @staticmethod
+    def forward(ctx, qbar, kbar, gradients):
+        ctx.gradients = gradients
+        ctx.shape = qbar.shape
+        return qbar.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _):
+        buffers = ctx.gradients.take()
+        grads = tuple(None if b is None else b.view(ctx.shape) for b in buffers)
+        return grads[0], grads[1], None
