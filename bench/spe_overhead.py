@@ -76,6 +76,8 @@ def worker(spec: dict) -> dict:
                       d_ff=4 * spec["d_model"], pe=spec["pe"], gated=True, share_pe=True,
                       attention=spec["attention"], max_len=spec["length"])
     model = MusicPerformer(cfg).train()
+    if cfg.is_spe:
+        model.pe.contraction = spec.get("contraction")
     tokens = torch.randint(0, VOCAB, (spec["batch"], spec["length"] + 1))
     return time_training(model, tokens, spec["steps"])
 
@@ -91,6 +93,9 @@ def main() -> None:
     parser.add_argument("--attention", default="ft", choices=("ft", "torch"))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
                         help="positional encodings to run (ape, the reference, is always run)")
+    parser.add_argument("--contraction", choices=("compiled", "torch", "autograd"),
+                        help="how SPE applies its code (default: the best available; autograd: the "
+                             "plain per-layer tuple path, for before/after comparisons)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -102,7 +107,8 @@ def main() -> None:
     for _ in range(args.repeats):
         for pe in variants:
             spec = {"pe": pe, "layers": args.layers, "d_model": args.d_model, "length": args.length,
-                    "batch": args.batch, "steps": args.steps, "attention": args.attention}
+                    "batch": args.batch, "steps": args.steps, "attention": args.attention,
+                    "contraction": args.contraction}
             runs[pe].append(run_isolated(__file__, spec))
     medians = {pe: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                for pe, rs in runs.items()}

@@ -2,13 +2,14 @@
 
     forward:   out[b, s, h, r]  = sum_d x[b, s, h, d] code[s, h, d, r]          (B, S, H, R)
     backward:  gx[b, s, h, d]   = sum_r g[b, s, h, r] code[s, h, d, r]          (B, S, H, D)
-               buf[s, h, d, r] += sum_b x[b, s, h, d] g[b, s, h, r]             (in place, optional)
+    accumulate: buf[s, h, d, r] += sum_i sum_b x_i[b, s, h, d] g_i[b, s, h, r]  (in place, for several
+               (x_i, g_i) pairs at once: one pass over buf)
 
 Each position and head has its own (D, R) matrix, so this is S*H tiny products. Backends:
 
 - "compiled": the optional C++ extension `spe_kernels` (csrc/spe_kernels, built by `make setup`),
-  which reads each (D, R) block once per call for all batch rows and does the backward's two
-  products in one pass over the code and the gradient buffer; CPU, float32 / float64.
+  which reads each (D, R) block once per call for all batch rows (and the buffer once for all
+  the pairs of an accumulation); CPU, float32 / float64.
 - "torch": the same with batched matrix products (any device or dtype), the reference.
 
 `backend_for(code)` picks "compiled" when it is available and applies, "torch" otherwise.
@@ -61,28 +62,40 @@ def contract(x: torch.Tensor, code: torch.Tensor, backend: str | None = None) ->
     return out.view(S, H, B, -1).permute(2, 0, 1, 3)                       # (B, S, H, R)
 
 
-def contract_backward(grad: torch.Tensor, code: torch.Tensor, x: torch.Tensor | None = None,
-                      buf: torch.Tensor | None = None, backend: str | None = None) -> torch.Tensor:
-    """grad (B, S, H, R) -> (B, S, H, D); with x and buf (S, H, D, R), also buf += x^T grad."""
+def contract_backward(grad: torch.Tensor, code: torch.Tensor, backend: str | None = None
+                      ) -> torch.Tensor:
+    """grad (B, S, H, R), code (S, H, D, R) contiguous -> (B, S, H, D)."""
     _check(grad, code, code.shape[3], "grad")
-    if buf is not None:
-        if x is None or buf.shape != code.shape or not buf.is_contiguous():
-            raise ValueError("accumulating needs x and a contiguous buf shaped like the code")
-        _check(x, code, code.shape[2], "x")
     grad = grad.to(code.dtype)
-    x = None if x is None else x.to(code.dtype)
     if backend_for(code, backend) == "compiled":
-        return _compiled.backward(grad, code, x, buf)
+        return _compiled.backward(grad, code)
     B, S, H, R = grad.shape
     D = code.shape[2]
     rows = grad.permute(1, 2, 0, 3).reshape(S * H, B, R)                   # (S*H, B, R)
-    code_blocks = code.view(S * H, D, R)                                   # (S*H, D, R)
-    out = torch.bmm(rows, code_blocks.transpose(1, 2))                     # (S*H, B, D)
-    if buf is not None:
-        x_rows = x.permute(1, 2, 3, 0).reshape(S * H, D, B)                # (S*H, D, B)
-        blocks = buf.view(S * H, D, R)
-        torch.baddbmm(blocks, x_rows, rows, out=blocks)                    # in place
+    out = torch.bmm(rows, code.view(S * H, D, R).transpose(1, 2))          # (S*H, B, D)
     return out.view(S, H, B, D).permute(2, 0, 1, 3)                        # (B, S, H, D)
+
+
+def accumulate(buf: torch.Tensor, xs: list[torch.Tensor], grads: list[torch.Tensor],
+               backend: str | None = None) -> None:
+    """buf (S, H, D, R) += sum over pairs of x^T grad, x (B_i, S, H, D) and grad (B_i, S, H, R)."""
+    if len(xs) != len(grads) or not xs:
+        raise ValueError("accumulate needs one grad per x, and at least one pair")
+    if not buf.is_contiguous():
+        raise ValueError("buf must be contiguous")
+    for x, grad in zip(xs, grads):
+        _check(x, buf, buf.shape[2], "x")
+        _check(grad, buf, buf.shape[3], "grad")
+    xs = [x.to(buf.dtype) for x in xs]
+    grads = [g.to(buf.dtype) for g in grads]
+    if backend_for(buf, backend) == "compiled":
+        _compiled.accumulate(buf, xs, grads)
+        return
+    S, H, D, R = buf.shape
+    x_rows = torch.cat([x.permute(1, 2, 3, 0).reshape(S * H, D, -1) for x in xs], dim=2)  # (S*H, D, n)
+    g_rows = torch.cat([g.permute(1, 2, 0, 3).reshape(S * H, -1, R) for g in grads], dim=1)  # (S*H, n, R)
+    blocks = buf.view(S * H, D, R)
+    torch.baddbmm(blocks, x_rows, g_rows, out=blocks)                      # in place
 
 
 def _check(t: torch.Tensor, code: torch.Tensor, last: int, name: str) -> None:

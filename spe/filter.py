@@ -190,8 +190,8 @@ class _MixSharedCode(torch.autograd.Function):
     """`_MixCode` for one code of a SharedCode: out = contract(x a, code) + (x c) . noise.
 
     The code is read from the SharedCode (not an autograd input); its gradient (x a)^T grad is
-    accumulated in place into the SharedCode's buffer, and `link` (the SharedCode's tie to the
-    graph) receives a zero. Saves only its inputs.
+    handed to the SharedCode (accumulated in place into one buffer), and `link` (the SharedCode's tie
+    to the graph) receives a zero. Saves only its inputs.
     """
 
     @staticmethod
@@ -212,9 +212,9 @@ class _MixSharedCode(torch.autograd.Function):
         need_x, need_link, need_a, need_noise, need_c, _, _ = ctx.needs_input_grad
         positions = x.shape[1]
         code = shared.codes[which][:positions]
-        xa = x if a is None else x * a
-        buf = shared.gradient_buffer(which, positions) if need_link else None
-        grad_xa = contract_backward(grad, code, xa, buf, shared.backend).to(x.dtype)  # (B, S, H, D)
+        grad_xa = contract_backward(grad, code, backend=shared.backend).to(x.dtype)  # (B, S, H, D)
+        if need_link:
+            shared.add_gradient(which, x if a is None else x * a, grad.to(code.dtype))
         grad_x = grad_a = grad_noise = grad_c = None
         if need_a:
             grad_a = (grad_xa * x).sum(dim=(0, 1))                      # (H, D)

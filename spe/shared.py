@@ -2,11 +2,13 @@
 
 Applied with plain autograd, a code used by L layers gets L separate (S, H, D, R) gradients that
 are then added: L fresh tensors of the code's size per backward, each costing an allocation, a
-write and an add. A `SharedCode` instead hands the filters a detached code; every filter's backward
-accumulates its contribution in place into one buffer per code (`spe.contract.contract_backward`),
-and a link node passes the two buffers on to whatever produced the code (the generator's
-parameters) once, after all the filters' backwards have run. Whatever the depth, a forward keeps
-one code and a backward one gradient buffer per code.
+write and an add. A `SharedCode` instead hands the filters a detached code. Every filter's backward
+hands over its contribution x^T grad as the pair (x, grad), each the size of one activation; the
+pairs are accumulated in place into one buffer per code FLUSH_ROWS batch rows at a time (one pass
+over the buffer for several layers, `spe.contract.accumulate`), and a link node passes the two
+buffers on to whatever produced the code (the generator's parameters) once, after all the filters'
+backwards have run. Whatever the depth, a forward keeps one code and a backward one gradient buffer
+per code, and the buffer is first allocated only after a few layers' activations have been freed.
 
     code = SharedCode(*pe((B, N)))                 # or model code: SharedCode(qbar, kbar)
     qhat, khat = filt(q, k, code)                  # any number of filters / layers
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from spe.contract import backend_for
+from spe.contract import accumulate, backend_for
+
+FLUSH_ROWS = 16  # pending (x, grad) batch rows that trigger an accumulation into the buffer
 
 
 class SharedCode:
@@ -38,7 +42,7 @@ class SharedCode:
         self.codes = (qbar.detach().reshape(flat).contiguous(),         # (S, H, D, R) each
                       kbar.detach().reshape(flat).contiguous())
         self.backend = backend_for(self.codes[0], backend)
-        self.gradients = _Gradients()
+        self.gradients = _Gradients(self.codes, self.backend)
         tracked = torch.is_grad_enabled() and (qbar.requires_grad or kbar.requires_grad)
         # a scalar in the autograd graph: the filters take it as an input, its backward hands over
         self.link = _Link.apply(qbar, kbar, self.gradients) if tracked else None
@@ -57,23 +61,42 @@ class SharedCode:
                              f"{tuple(size)} (only a prefix of a 1-D code can be used)")
         return self.codes[0][: size[0]], self.codes[1][: size[0]]        # contiguous prefixes
 
-    def gradient_buffer(self, which: int, positions: int) -> torch.Tensor:
-        """The in-place gradient buffer of code `which` (0: qbar, 1: kbar), its first positions."""
-        return self.gradients.buffer(which, self.codes[which])[:positions]
+    def add_gradient(self, which: int, x: torch.Tensor, grad: torch.Tensor) -> None:
+        """Add x^T grad ((B, S', H, D) and (B, S', H, R), S' <= S) to the gradient of code `which`."""
+        self.gradients.add(which, x, grad)
 
 
 class _Gradients:
-    """The two gradient buffers, allocated on first use and handed over (then forgotten) once."""
+    """The two gradient buffers: pending (x, grad) pairs, accumulated FLUSH_ROWS rows at a time into
+    buffers allocated on first use, handed over (then forgotten) once. Holds no reference to the
+    autograd graph, so that the graph and this object form no reference cycle."""
 
-    def __init__(self) -> None:
+    def __init__(self, codes: tuple[torch.Tensor, torch.Tensor], backend: str) -> None:
+        self.codes = codes
+        self.backend = backend
         self.buffers: list[torch.Tensor | None] = [None, None]
+        self.pending: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[], []]
 
-    def buffer(self, which: int, like: torch.Tensor) -> torch.Tensor:
+    def add(self, which: int, x: torch.Tensor, grad: torch.Tensor) -> None:
+        self.pending[which].append((x, grad))
+        if sum(x.shape[0] for x, _ in self.pending[which]) >= FLUSH_ROWS:
+            self.flush(which)
+
+    def flush(self, which: int) -> None:
+        """Accumulate the pending pairs of code `which` into its buffer, by prefix length."""
+        pending, self.pending[which] = self.pending[which], []
+        if not pending:
+            return
         if self.buffers[which] is None:
-            self.buffers[which] = torch.zeros_like(like)
-        return self.buffers[which]
+            self.buffers[which] = torch.zeros_like(self.codes[which])
+        for positions in sorted({x.shape[1] for x, _ in pending}):
+            pairs = [(x, g) for x, g in pending if x.shape[1] == positions]
+            accumulate(self.buffers[which][:positions], [x for x, _ in pairs], [g for _, g in pairs],
+                       self.backend)
 
     def take(self) -> list[torch.Tensor | None]:
+        self.flush(0)
+        self.flush(1)
         buffers, self.buffers = self.buffers, [None, None]
         return buffers
 

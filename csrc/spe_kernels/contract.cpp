@@ -2,7 +2,7 @@
 //
 //   forward:    out[b, s, h, r]  = sum_d x[b, s, h, d] code[s, h, d, r]
 //   backward:   gx[b, s, h, d]   = sum_r g[b, s, h, r] code[s, h, d, r]
-//               buf[s, h, d, r] += sum_b x[b, s, h, d] g[b, s, h, r]        (optional, same pass)
+//   accumulate: buf[s, h, d, r] += sum_t sum_b x_t[b, s, h, d] g_t[b, s, h, r]   (several calls at once)
 //
 // code and buf are contiguous (S, H, D, R); x and g may have any strides. Each (s, h) block of the
 // code (D x R) is read once per call and reused for every batch row while it sits in cache, which
@@ -77,49 +77,32 @@ at::Tensor contract_forward(const at::Tensor& x, const at::Tensor& code) {
   return out;
 }
 
-// gx = sum_r g code (returned) and, when buf is given, buf += sum_b x^T g, in one pass over the code
-// and buf blocks. Each code block is first transposed to (R, D) in a local buffer, so that both
-// products are vectorised along the contiguous dimension.
-at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code, const c10::optional<at::Tensor>& x,
-                             const c10::optional<at::Tensor>& buf) {
+// gx = sum_r g code. Each code block is first transposed to (R, D) in a local buffer, so that the
+// product is vectorised along the contiguous dimension.
+at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code) {
   check_code(code, "code");
   check_rows(g, code, code.size(3), "grad");
-  const bool accumulate = buf.has_value() && buf->defined();
-  if (accumulate) {
-    check_code(*buf, "buf");
-    TORCH_CHECK(buf->sizes() == code.sizes() && buf->scalar_type() == code.scalar_type(),
-                "buf must have the code's shape and dtype");
-    TORCH_CHECK(x.has_value() && x->defined(), "accumulating into buf needs x");
-    check_rows(*x, code, code.size(2), "x");
-    TORCH_CHECK(x->size(0) == g.size(0), "x and grad must have the same batch size");
-  }
   const int64_t B = g.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
   auto out = at::empty({B, S, H, D}, code.options());
   dispatch(code, [&](auto zero) {
     using scalar_t = decltype(zero);
     const scalar_t* gp = g.data_ptr<scalar_t>();
     const scalar_t* cp = code.data_ptr<scalar_t>();
-    const scalar_t* xp = accumulate ? x->data_ptr<scalar_t>() : nullptr;
-    scalar_t* bp = accumulate ? buf->data_ptr<scalar_t>() : nullptr;
     scalar_t* op = out.data_ptr<scalar_t>();
     const int64_t gb = g.stride(0), gs = g.stride(1), gh = g.stride(2), gr = g.stride(3);
-    const int64_t xb = accumulate ? x->stride(0) : 0, xs = accumulate ? x->stride(1) : 0;
-    const int64_t xh = accumulate ? x->stride(2) : 0, xd = accumulate ? x->stride(3) : 0;
     at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
-      std::vector<scalar_t> rows(B * R);  // this block's grad rows, contiguous (B, R)
-      std::vector<scalar_t> ct(R * D);    // this block's code, transposed (R, D)
+      std::vector<scalar_t> ct(R * D);  // this block's code, transposed (R, D)
       std::vector<scalar_t> acc(D);
       for (int64_t i = begin; i < end; ++i) {
         const int64_t s = i / H, h = i % H;
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t r = 0; r < R; ++r) rows[b * R + r] = gp[b * gb + s * gs + h * gh + r * gr];
         const scalar_t* c = cp + i * D * R;
         for (int64_t d = 0; d < D; ++d)
           for (int64_t r = 0; r < R; ++r) ct[r * D + d] = c[d * R + r];
         for (int64_t b = 0; b < B; ++b) {
+          const scalar_t* grow = gp + b * gb + s * gs + h * gh;
           std::fill(acc.begin(), acc.end(), scalar_t(0));
           for (int64_t r = 0; r < R; ++r) {
-            const scalar_t v = rows[b * R + r];
+            const scalar_t v = grow[r * gr];
             const scalar_t* __restrict__ col = ct.data() + r * D;
             scalar_t* __restrict__ a = acc.data();
 #pragma omp simd
@@ -127,21 +110,58 @@ at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code, const 
           }
           std::copy(acc.begin(), acc.end(), op + ((b * S + s) * H + h) * D);
         }
-        if (!accumulate) continue;
+      }
+    });
+  });
+  return out;
+}
+
+// buf += sum_t sum_b x_t^T g_t: the code gradients of several calls (layers), gathered per block so
+// that the buffer is read and written once for all of them.
+void contract_accumulate(at::Tensor& buf, const std::vector<at::Tensor>& xs,
+                         const std::vector<at::Tensor>& gs) {
+  check_code(buf, "buf");
+  TORCH_CHECK(xs.size() == gs.size(), "accumulate needs as many x as grad tensors");
+  for (size_t t = 0; t < xs.size(); ++t) {
+    check_rows(xs[t], buf, buf.size(2), "x");
+    check_rows(gs[t], buf, buf.size(3), "grad");
+    TORCH_CHECK(xs[t].size(0) == gs[t].size(0), "x and grad must have the same batch size");
+  }
+  const int64_t S = buf.size(0), H = buf.size(1), D = buf.size(2), R = buf.size(3);
+  int64_t rows_total = 0;
+  for (const auto& x : xs) rows_total += x.size(0);
+  dispatch(buf, [&](auto zero) {
+    using scalar_t = decltype(zero);
+    scalar_t* bp = buf.data_ptr<scalar_t>();
+    at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
+      std::vector<scalar_t> rows(rows_total * R);  // grad rows of this block, all calls, (n, R)
+      std::vector<scalar_t> xv(D * rows_total);    // x values of this block, transposed (D, n)
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t s = i / H, h = i % H;
+        int64_t k = 0;
+        for (size_t t = 0; t < xs.size(); ++t) {
+          const at::Tensor& x = xs[t];
+          const at::Tensor& g = gs[t];
+          const scalar_t* xp = x.data_ptr<scalar_t>() + s * x.stride(1) + h * x.stride(2);
+          const scalar_t* gp = g.data_ptr<scalar_t>() + s * g.stride(1) + h * g.stride(2);
+          for (int64_t b = 0; b < x.size(0); ++b, ++k) {
+            for (int64_t r = 0; r < R; ++r) rows[k * R + r] = gp[b * g.stride(0) + r * g.stride(3)];
+            for (int64_t d = 0; d < D; ++d) xv[d * rows_total + k] = xp[b * x.stride(0) + d * x.stride(3)];
+          }
+        }
         scalar_t* blk = bp + i * D * R;
         for (int64_t d = 0; d < D; ++d) {
-          scalar_t* __restrict__ outrow = blk + d * R;
-          for (int64_t b = 0; b < B; ++b) {
-            const scalar_t v = xp[b * xb + s * xs + h * xh + d * xd];
-            const scalar_t* __restrict__ grow = rows.data() + b * R;
+          scalar_t* __restrict__ out = blk + d * R;
+          for (int64_t n = 0; n < rows_total; ++n) {
+            const scalar_t v = xv[d * rows_total + n];
+            const scalar_t* __restrict__ grow = rows.data() + n * R;
 #pragma omp simd
-            for (int64_t r = 0; r < R; ++r) outrow[r] += v * grow[r];
+            for (int64_t r = 0; r < R; ++r) out[r] += v * grow[r];
           }
         }
       }
     });
   });
-  return out;
 }
 
 }  // namespace
@@ -149,7 +169,6 @@ at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code, const 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "CPU kernels of SPE's per-position code contraction";
   m.def("forward", &contract_forward, "out[b,s,h,r] = sum_d x[b,s,h,d] code[s,h,d,r]");
-  m.def("backward", &contract_backward, "gx[b,s,h,d] = sum_r g[b,s,h,r] code[s,h,d,r]; buf += x^T g",
-        pybind11::arg("grad"), pybind11::arg("code"), pybind11::arg("x") = pybind11::none(),
-        pybind11::arg("buf") = pybind11::none());
+  m.def("backward", &contract_backward, "gx[b,s,h,d] = sum_r g[b,s,h,r] code[s,h,d,r]");
+  m.def("accumulate", &contract_accumulate, "buf[s,h,d,r] += sum_t sum_b x_t[b,s,h,d] g_t[b,s,h,r]");
 }

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
-from spe.contract import backend_for, compiled_available, contract, contract_backward
+from spe.contract import accumulate, backend_for, compiled_available, contract, contract_backward
+from spe.shared import FLUSH_ROWS
 
 BACKENDS = ["torch"] + (["compiled"] if compiled_available() else [])
 B, N, H, D, R = 3, 11, 2, 4, 6
@@ -25,12 +26,14 @@ def test_contraction_matches_einsum(backend, batch):
     code = torch.randn(N, H, D, R, dtype=torch.float64)
     out = contract(x, code, backend)
     torch.testing.assert_close(out, torch.einsum("bshd,shdr->bshr", x, code))
+    torch.testing.assert_close(contract_backward(grad, code, backend),
+                               torch.einsum("bshr,shdr->bshd", grad, code))
+    pairs = [(strided_rows(b, N, H, D), strided_rows(b, N, H, R)) for b in (batch, 2, 1)]
     start = torch.randn(N, H, D, R, dtype=torch.float64)
     buf = start.clone()
-    grad_x = contract_backward(grad, code, x, buf, backend)
-    torch.testing.assert_close(grad_x, torch.einsum("bshr,shdr->bshd", grad, code))
-    torch.testing.assert_close(buf, start + torch.einsum("bshd,bshr->shdr", x, grad))
-    torch.testing.assert_close(contract_backward(grad, code, backend=backend), grad_x)
+    accumulate(buf, [x for x, _ in pairs], [g for _, g in pairs], backend)
+    expected = start + sum(torch.einsum("bshd,bshr->shdr", x, g) for x, g in pairs)
+    torch.testing.assert_close(buf, expected)
 
 
 def test_backend_choice_and_errors():
@@ -46,8 +49,10 @@ def test_backend_choice_and_errors():
         contract(torch.randn(2, N, H, D + 1), code)
     with pytest.raises(ValueError, match="contiguous"):
         contract(torch.randn(2, N, H, D), code.transpose(0, 1))
-    with pytest.raises(ValueError, match="accumulating"):
-        contract_backward(torch.randn(2, N, H, R), code, None, torch.zeros_like(code))
+    with pytest.raises(ValueError, match="one grad per x"):
+        accumulate(torch.zeros_like(code), [torch.randn(2, N, H, D)], [])
+    with pytest.raises(ValueError, match="grad must be"):
+        accumulate(torch.zeros_like(code), [torch.randn(2, N, H, D)], [torch.randn(2, N, H, D)])
 
 
 def generators():
@@ -105,15 +110,26 @@ def test_shared_code_gradcheck(backend):
 
 
 def test_shared_code_keeps_one_buffer_per_code():
-    """The buffers exist only during backward and are handed over once; no grad without tracking."""
+    """Pending pairs are flushed every FLUSH_ROWS rows into one buffer per code, allocated on the
+    first flush; the buffers are handed over once; nothing is tracked without gradients."""
     torch.manual_seed(3)
     pe, filt = SineSPE(H, D, R, 2), SPEFilter(False)
     code = SharedCode(*pe((B, N)))
-    assert code.link is not None and code.gradients.buffers == [None, None]
-    q, k = torch.randn(B, N, H, D), torch.randn(B, N, H, D)
-    total = sum(sum(t.sum() for t in filt(q, k, code)) for _ in range(4))
-    total.backward()
-    assert code.gradients.buffers == [None, None]
+    gradients = code.gradients
+    assert code.link is not None and gradients.buffers == [None, None]
+    q, k = torch.randn(B, N, H, D, requires_grad=True), torch.randn(B, N, H, D)
+    flush_at = -(-FLUSH_ROWS // B) - 1                                  # index of the flushing layer
+    layers = flush_at + 2
+    outputs = [filt(q, k, code) for _ in range(layers)]
+    seen = []
+    for qhat, khat in reversed(outputs):  # one layer's backward at a time, last layer first
+        (qhat.sum() + khat.sum()).backward(retain_graph=True, inputs=[q])
+        seen.append((len(gradients.pending[0]), gradients.buffers[0] is not None))
+    assert seen[0] == (1, False)                                        # first layer: pending
+    assert seen[flush_at - 1] == (flush_at, False)
+    assert seen[flush_at] == (0, True)                                  # flushed into a buffer
+    sum(sum(t.sum() for t in pair) for pair in outputs).backward()
+    assert gradients.buffers == [None, None] and gradients.pending == [[], []]
     assert pe.freqs.grad is not None and pe.freqs.grad.abs().sum() > 0
     with torch.no_grad():
         assert SharedCode(*pe((B, N))).link is None

@@ -1,0 +1,59 @@
+"""torch.profiler summary of one training step (forward, backward, Adam): where the time goes.
+
+    .venv/bin/python bench/profile_step.py --pe sine_spe
+    .venv/bin/python bench/profile_step.py --pe ape --layers 6 --d-model 512 --batch 4 --length 1024
+
+Prints the operators with the most self CPU time (after one warm-up step), and the step's total.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from model import ModelConfig, MusicPerformer
+
+VOCAB = 340  # about the REMI vocabulary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pe", default="sine_spe")
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--d-model", type=int, default=512)
+    parser.add_argument("--length", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--contraction", choices=("compiled", "torch", "autograd"))
+    parser.add_argument("--rows", type=int, default=15, help="operators to list")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=VOCAB, n_layer=args.layers, n_head=8, d_model=args.d_model,
+                      d_ff=4 * args.d_model, pe=args.pe, max_len=args.length)
+    model = MusicPerformer(cfg).train()
+    if cfg.is_spe:
+        model.pe.contraction = args.contraction
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    tokens = torch.randint(0, VOCAB, (args.batch, args.length + 1))
+
+    def step() -> None:
+        logits = model(tokens[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    averages = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in averages) / 1e6
+    print(f"{args.pe}, {args.layers} layers, d_model {args.d_model}, N {args.length}, batch "
+          f"{args.batch}: {total:.2f} s self CPU time in one step ({torch.get_num_threads()} threads)")
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=40))
+
+
+if __name__ == "__main__":
+    main()
