@@ -14,8 +14,9 @@ the encoder asks :func:`decide_meter`:
 
 An untrusted declaration is replaced by the inferred meter (one of :data:`CANDIDATES`) with its phase.
 
-Downbeat salience. Every note onset (in sub-beats, 4 a beat) weighs its duration in sub-beats (at most
-one 4/4 bar): accented notes are long (bass, chord roots, held melody notes). The beat phase is the
+Downbeat salience. Every distinct onset (in sub-beats, 4 a beat) weighs the duration of the longest note
+starting there (sub-beats, at most one 4/4 bar): accented notes are long (bass, chord roots, held melody
+notes), and a chord counts once, however many notes it has. The beat phase is the
 sub-beat (0..3) holding most weight. For a bar of ``L`` sub-beats and a downbeat at sub-beat ``o``, the
 salience is the weight at onsets ``= o (mod L)`` divided by the mean weight per beat (``L / 4`` beats a
 bar): about 1 when the bar lines fall anywhere, higher the more the music leans on them. The inferred
@@ -49,9 +50,12 @@ class MeterDecision:
         return "declared map" if self.meter is None else f"{self.meter[0]}/{self.meter[1]}"
 
 
-def onset_weights(onset: np.ndarray, duration: np.ndarray) -> np.ndarray:
-    """``(N,)`` accent weight of each note: its duration in sub-beats, at most one 4/4 bar."""
-    return np.minimum(duration, MAX_BAR_SUB_BEATS).astype(np.float64)
+def onset_weights(onset: np.ndarray, duration: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, weights)``: each distinct onset and the longest note starting there (sub-beats, <= 16)."""
+    positions, inverse = np.unique(onset, return_inverse=True)
+    weights = np.zeros(len(positions))
+    np.maximum.at(weights, inverse, np.minimum(duration, MAX_BAR_SUB_BEATS).astype(np.float64))
+    return positions, weights
 
 
 def beat_phase(onset: np.ndarray, weight: np.ndarray) -> int:
@@ -70,7 +74,7 @@ def salience(onset: np.ndarray, weight: np.ndarray, bar: int, phase: int) -> flo
 
 def infer_meter(onset: np.ndarray, duration: np.ndarray) -> tuple[tuple[int, int], int, float]:
     """``(meter, phase, salience)`` of the candidate meter whose downbeats the onsets lean on most."""
-    weight = onset_weights(onset, duration)
+    onset, weight = onset_weights(onset, duration)
     beat = beat_phase(onset, weight)
     best: tuple[tuple[int, int], int, float] | None = None
     for meter in CANDIDATES:
@@ -104,8 +108,7 @@ def decide_meter(
         return MeterDecision("declared", None, 0, f"declared meter changes ({names}) followed as written")
     own = meters[0] if meters else DEFAULT_METER
     source = "declared" if meters else "default"
-    weight = onset_weights(onset, duration)
-    own_score = salience(onset, weight, meter_length(own), 0)
+    own_score = salience(*onset_weights(onset, duration), meter_length(own), 0)
     what = f"declared {names}" if meters else "no time signature (MIDI default 4/4)"
     beats = (int(onset.max()) - int(onset.min())) / SUB_BEATS_PER_BEAT if len(onset) else 0.0
     if own[1] != 4:
