@@ -6,10 +6,12 @@ piano tracks, ``MELODY`` (lead melody), ``BRIDGE`` (secondary melody) and ``PIAN
 they are merged into one piano part (other tracks, if any, are left out and counted). A file without
 any of the three is reported and skipped.
 
-Most POP909 files declare a 1/4 (some 2/4 or 4/4) time signature whatever the music's meter; with
-``time_signatures=True`` (the default here) the REMI encoder's meter policy (``remi.meter``) infers the
-meter and its downbeat from the onsets instead. The summary counts the meters used and gives, per song,
-the meter, where it came from and why, and its number of bars.
+POP909's time signatures are not annotations: most files declare 1/4, some 2/4, 4/4 or 6/8, whatever
+the music's meter (4/4, some 3/4). They are therefore left out of the merged file (``merge_tracks``),
+and with ``time_signatures=True`` (the default here) the REMI encoder's meter policy (``remi.meter``)
+checks MIDI's default 4/4 against the onsets and infers the meter and its downbeat where 4/4 does not
+fit. (Kept, a declared 2/4 would pass: onsets alone cannot tell 2/4 from 4/4.) The summary counts the
+meters used and gives, per song, the declared meters, the meter used and why, and its number of bars.
 
 Songs are split by a hash of their number (``data.corpus.split_pieces``, long and short songs apart).
 """
@@ -60,8 +62,13 @@ def pop909_files(folder: str | Path) -> dict[str, Path]:
     return songs
 
 
-def merge_tracks(midi: miditoolkit.MidiFile, source: str) -> tuple[miditoolkit.MidiFile, int]:
-    """``midi`` with MELODY, BRIDGE and PIANO merged into one piano track, and the notes left out."""
+def merge_tracks(
+    midi: miditoolkit.MidiFile, source: str, keep_meters: bool = False
+) -> tuple[miditoolkit.MidiFile, int]:
+    """``midi`` with MELODY, BRIDGE and PIANO merged into one piano track, and the notes left out.
+
+    The tempo map is kept; the time signatures only with ``keep_meters`` (see the module docstring).
+    """
     by_name = {inst.name.strip().upper(): inst for inst in midi.instruments}
     kept = [by_name[name] for name in TRACKS if name in by_name]
     if not kept:
@@ -73,7 +80,7 @@ def merge_tracks(midi: miditoolkit.MidiFile, source: str) -> tuple[miditoolkit.M
     merged = miditoolkit.MidiFile(ticks_per_beat=midi.ticks_per_beat)
     merged.instruments = [piano]
     merged.tempo_changes = list(midi.tempo_changes)
-    merged.time_signature_changes = list(midi.time_signature_changes)
+    merged.time_signature_changes = list(midi.time_signature_changes) if keep_meters else []
     merged.max_tick = max((n.end for n in piano.notes), default=0)
     return merged, left_out
 
@@ -89,7 +96,8 @@ def build_pop909_corpus(
     """Tokenise the POP909 songs below ``folder`` (REMI with TimeSig tokens by default) into ``root`` (cached).
 
     Bad files are reported (``summary.json``, log) and skipped. The summary adds ``meters`` (songs per
-    meter and source), ``songs`` (per song: meter, source, reason, bars, leading bars left out) and
+    meter and source), ``songs`` (per song: declared meters, meter used, its source and reason, bars,
+    leading bars left out) and
     ``notes_left_out`` (notes of tracks other than MELODY, BRIDGE and PIANO).
     """
     if tokenizer is None:
@@ -115,7 +123,8 @@ def build_pop909_corpus(
     left_out = 0
     for name, path in tqdm(songs.items(), desc="POP909", unit="song", disable=not progress):
         try:
-            midi, dropped = merge_tracks(load_midi(path), str(path))
+            original = load_midi(path)
+            midi, dropped = merge_tracks(original, str(path))
             ids = tokenizer.encode(midi)
         except TokenizationError as err:
             skipped.append(Skipped(name, err.reason))
@@ -125,17 +134,17 @@ def build_pop909_corpus(
         left_out += dropped
         ids = truncate_at_bar(ids, tokenizer, max_piece_tokens)
         meter = stats.meter if stats is not None and stats.meter else "4/4"
-        used = midi_meters(midi) if meter == "declared map" else [meter]
         if stats is not None:
             meters[f"{meter} ({stats.meter_source or 'vocabulary'})"] += 1
             report[name] = {
+                "declared": midi_meters(original),
                 "meter": meter,
                 "source": stats.meter_source,
-                "reason": stats.meter_reason,
+                "reason": f"declared time signatures ignored; {stats.meter_reason}" if stats.meter_reason else "",
                 "bars": len(tokenizer.bar_starts(ids)),
                 "leading_bars_dropped": stats.leading_bars_dropped,
             }
-        pieces.append(Piece(name, np.asarray(ids, dtype=np.int32), "", used, path.name, length_group(len(ids))))
+        pieces.append(Piece(name, np.asarray(ids, dtype=np.int32), "", [meter], path.name, length_group(len(ids))))
     if not pieces:
         raise ValueError(f"{folder}: none of the {len(songs)} POP909 files could be tokenised")
     extra = {"meters": dict(meters.most_common()), "notes_left_out": left_out, "songs": report}

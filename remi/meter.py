@@ -7,20 +7,26 @@ the encoder asks :func:`decide_meter`:
 1. a declared meter whose bar is a **single beat** (numerator 1: 1/4, 1/8, 1/2) is not trusted;
 2. a file with **several different** declared meters (none single-beat) is followed as declared;
 3. a file with **one** declared meter of quarter-note beats (n/4, or none: MIDI's default 4/4) is
-   checked against its onsets (a meter of other beats, 6/8 or 2/2, is kept: the salience below counts
-   quarter-note beats and would misread compound time): the meter is **contradicted** when an inferred meter's downbeat salience beats the declared meter's
-   (phase 0, as declared) by more than :data:`CONTRADICTION_MARGIN`, on at least
-   :data:`MIN_BEATS` beats of music; short pieces keep their declaration.
+   checked against its onsets: it is **contradicted** when an inferred meter's downbeat salience beats
+   the declared meter's (phase 0, as declared) by more than :data:`CONTRADICTION_MARGIN`, on at least
+   :data:`MIN_BEATS` beats of music (shorter pieces keep their declaration). A meter of other beats
+   (6/8, 2/2) is kept: the salience below counts quarter-note beats and would misread compound time.
 
-An untrusted declaration is replaced by the inferred meter (one of :data:`CANDIDATES`) with its phase.
+An untrusted declaration is replaced by the inferred meter (one of :data:`CANDIDATES`) with its phase;
+an inferred meter with the declared bar length keeps the declared name (only the phase moves). The
+decision is reported in ``EncodeStats.meter``, ``meter_source`` and ``meter_reason``.
 
-Downbeat salience. Every distinct onset (in sub-beats, 4 a beat) weighs the duration of the longest note
-starting there (sub-beats, at most one 4/4 bar): accented notes are long (bass, chord roots, held melody
-notes), and a chord counts once, however many notes it has. The beat phase is the
-sub-beat (0..3) holding most weight. For a bar of ``L`` sub-beats and a downbeat at sub-beat ``o``, the
-salience is the weight at onsets ``= o (mod L)`` divided by the mean weight per beat (``L / 4`` beats a
-bar): about 1 when the bar lines fall anywhere, higher the more the music leans on them. The inferred
-meter and phase are those of the highest salience (ties: the order of :data:`CANDIDATES`).
+Downbeat salience. Every distinct onset (in sub-beats, 4 a beat) weighs the duration of the longest
+note starting there (sub-beats, at most one 4/4 bar): accented notes are long (bass, chord roots, held
+melody notes), and a chord counts once, however many notes it has. The beat phase is the sub-beat
+(0..3) holding most weight. For a bar of ``L`` sub-beats and a downbeat at sub-beat ``o``, the salience
+is the weight at onsets ``= o (mod L)`` divided by the mean weight per beat (``L / 4`` beats a bar):
+about 1 when the bar lines fall anywhere, higher the more the music leans on them. The inferred meter
+and phase are those of the highest salience (ties: the order of :data:`CANDIDATES`).
+
+Limits: onsets cannot tell 2/4 from 4/4 or 3/4 from 6/4 (POP909 itself marks a downbeat every six
+beats in its triple-time songs), so those are not candidates; one phase holds for the whole file, so a
+file whose bar lines drift (an inserted 2-beat bar) keeps the phase that fits most of it.
 """
 
 from __future__ import annotations

@@ -180,7 +180,8 @@ def test_builder_skips_bad_files(tmp_path):
         (folder / f"{i:03d}.pkl").write_bytes(pickle.dumps(items))
     (folder / "evil.pkl").write_bytes(pickle.dumps(([0], [Exploit()])))
     (folder / "truncated.pkl").write_bytes(pickle.dumps(items)[:40])
-    (folder / "unknown.pkl").write_bytes(pickle.dumps([{"name": "Bar", "value": None}, {"name": "Note_Pitch", "value": 120}]))
+    unknown = [{"name": "Bar", "value": None}, {"name": "Note_Pitch", "value": 120}]
+    (folder / "unknown.pkl").write_bytes(pickle.dumps(unknown))
     (folder / "shape.pkl").write_bytes(pickle.dumps({"events": []}))
     corpus = build_pop1k7_corpus(folder, tmp_path / "c", progress=False)
     assert not (tmp_path / "pwned").exists()

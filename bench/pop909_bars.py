@@ -1,0 +1,104 @@
+"""POP909 bars per song with the REMI meter policy, against two references.
+
+For every song below ``folder``: MELODY, BRIDGE and PIANO merged (``data.pop909.merge_tracks``), encoded
+with ``REMITokenizer(time_signatures=True)``; ``bars`` = Bar tokens (POP909's meters are at most 16
+sub-beats, one Bar per bar). References:
+
+* ``grid``: the song's length on the MIDI's own beat grid, first note onset to last note end, in beats,
+  divided by the beats per bar of the meter used (``ceil``), plus one when the inferred downbeat puts a
+  pickup bar before the first full bar. It checks that bar lines follow the meter (no bar per beat,
+  no bars lost at the start), not which meter was chosen;
+* ``annotated``: POP909's own downbeat annotations (``beat_midi.txt``, third column) for the songs of
+  :data:`ANNOTATED`, counted by hand from the dataset repository (music-x-lab/POP909-Dataset); the shared
+  copy holds only the MIDI files. It checks the meter choice too.
+
+Prints the share of songs within 5% of each reference, the meters used, and the worst songs; writes
+``--out`` (JSON, one entry per song) when given.
+
+    python bench/pop909_bars.py ../shared/data/pop909 --out bench/results/pop909_bars.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from data.pop909 import merge_tracks, pop909_files
+from remi import REMITokenizer
+from remi.vocab import meter_length
+from tokenization import load_midi
+
+# song -> downbeats in POP909's beat_midi.txt (third column), counted by hand from the bar of the first
+# note on (029 has 19 beats of silence first, and four irregular bars, as annotated). Triple-time songs
+# are marked with a downbeat every 6 beats there (column two marks every 3 beats); both are given.
+ANNOTATED: dict[str, dict[str, int]] = {
+    "001": {"downbeats": 73},
+    "009": {"downbeats": 118},
+    "029": {"downbeats": 109},
+    "034": {"downbeats": 74, "every_3_beats": 147},
+}
+
+
+def measure(path: Path, tokenizer: REMITokenizer) -> dict:
+    """Bars, meter and the grid reference of one song."""
+    midi, _ = merge_tracks(load_midi(path), str(path))  # as the pop909 corpus: declared meters left out
+    ids, stats = tokenizer.encode_with_report(midi)
+    bars = len(tokenizer.bar_starts(ids))
+    notes = midi.instruments[0].notes
+    tpq = midi.ticks_per_beat
+    first = min(n.start for n in notes) / tpq
+    last = max(n.end for n in notes) / tpq
+    meter = tuple(int(x) for x in stats.meter.split("/")) if "/" in stats.meter else (4, 4)
+    per_bar = meter_length(meter) / 4  # beats
+    downbeat = (stats.start % meter_length(meter)) / 4  # beats: where the bar grid starts, mod one bar
+    pickup = (downbeat - first) % per_bar > 1e-9 and stats.start < 0
+    grid = math.ceil((last - first) / per_bar - 1e-9) + int(pickup)
+    return {
+        "bars": bars,
+        "grid": grid,
+        "meter": stats.meter,
+        "source": stats.meter_source,
+        "reason": stats.meter_reason,
+        "leading_bars_dropped": stats.leading_bars_dropped,
+        "start_sub_beat": stats.start,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="POP909 folder (NNN/NNN.mid or NNN.mid)")
+    parser.add_argument("--limit", type=int, default=None, help="first N songs only (default: all)")
+    parser.add_argument("--out", default=None, help="write the per-song figures here (JSON)")
+    args = parser.parse_args(argv)
+    tokenizer = REMITokenizer(time_signatures=True)
+    songs = list(pop909_files(args.folder).items())[: args.limit]
+    rows = {name: measure(path, tokenizer) for name, path in tqdm(songs, desc="POP909", unit="song")}
+
+    def within(bars: int, reference: int) -> bool:
+        return abs(bars - reference) <= 0.05 * reference
+
+    grid_ok = [n for n, r in rows.items() if within(r["bars"], r["grid"])]
+    print(f"songs: {len(rows)}; bars within 5% of the grid reference: {len(grid_ok)} ({len(grid_ok) / len(rows):.1%})")
+    meters = Counter(f"{r['meter']} ({r['source']})" for r in rows.values())
+    print("meters used:", ", ".join(f"{k}: {n}" for k, n in meters.most_common()))
+    worst = sorted(rows, key=lambda n: -abs(rows[n]["bars"] - rows[n]["grid"]) / rows[n]["grid"])[:5]
+    for name in worst:
+        print(f"  {name}: {rows[name]['bars']} bars, grid {rows[name]['grid']}, {rows[name]['reason']}")
+    for name, counts in ANNOTATED.items():
+        if name in rows:
+            bars = rows[name]["bars"]
+            rows[name]["annotated"] = counts
+            verdict = {k: f"{v} ({'within' if within(bars, v) else 'outside'} 5%)" for k, v in counts.items()}
+            print(f"  annotated {name}: {bars} bars ({rows[name]['meter']}); POP909 {verdict}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
