@@ -196,3 +196,16 @@ def test_builder_skips_bad_files(tmp_path):
         for piece in corpus.pieces(split):
             assert corpus.tokenizer.tokens_to_strings(piece) == EXPECTED
     assert [corpus.summary["splits"][s]["pieces"] for s in SPLITS] == [2, 1, 1]
+
+
+def test_train_builds_pop1k7_from_the_release_root(tmp_path):
+    import data
+    from apps.config import RunConfig
+    from apps.train import build_corpus
+
+    write_release(tmp_path / "Pop1K7")
+    settings = {"kind": "pop1k7", "root": str(tmp_path / "c"), "source": str(tmp_path / "Pop1K7")}
+    build_corpus(RunConfig.from_dict({"data": settings}), tmp_path / "c", data)
+    corpus = data.load_corpus(tmp_path / "c")
+    assert corpus.summary["builder"] == "pop1k7" and corpus.summary["layout"] == "release root"
+    assert sum(len(corpus.names(split)) for split in SPLITS) == len(SONGS)
