@@ -41,6 +41,7 @@ ANNOTATED: dict[str, dict[str, int]] = {
     "009": {"downbeats": 118},
     "029": {"downbeats": 109},
     "034": {"downbeats": 74, "every_3_beats": 147},
+    "152": {"every_3_beats": 185},  # one 5-beat bar; column three is irregular near the end, not counted
 }
 
 

@@ -114,9 +114,11 @@ def test_train_builds_the_pop909_kind(pop909_folder, tmp_path):
 
 # POP909's own downbeat annotations (beat_midi.txt, third column, in the dataset repository; the shared
 # copy has only the MIDI files), counted by hand from the bar of each song's first note; see
-# bench/pop909_bars.py. 034 is in triple time: POP909 marks a downbeat every 6 beats there and every
-# 3 beats in its second column; our 3/4 bars are compared with the latter.
-ANNOTATED_DOWNBEATS = {"001": (73, "4/4"), "009": (118, "4/4"), "029": (109, "4/4"), "034": (147, "3/4")}
+# bench/pop909_bars.py. 034 and 152 are in triple time: POP909 marks a downbeat every 6 beats there and
+# every 3 beats in its second column; our 3/4 bars are compared with the latter.
+ANNOTATED_DOWNBEATS = {
+    "001": (73, "4/4"), "009": (118, "4/4"), "029": (109, "4/4"), "034": (147, "3/4"), "152": (185, "3/4"),
+}
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason=f"needs the shared POP909 songs in {SHARED} (absent here)")
