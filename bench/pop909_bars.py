@@ -13,9 +13,9 @@ sub-beats, one Bar per bar). References:
   copy holds only the MIDI files. It checks the meter choice too.
 
 Prints the share of songs within 5% of each reference, the meters used, and the worst songs; writes
-``--out`` (JSON, one entry per song) when given.
+``--out`` (JSON, one entry per song) and ``--plot`` (bars against the references) when given.
 
-    python bench/pop909_bars.py ../shared/data/pop909 --out bench/results/pop909_bars.json
+    python bench/pop909_bars.py ../shared/data/pop909 --plot bench/results/pop909_bars.png
 """
 
 from __future__ import annotations
@@ -70,11 +70,40 @@ def measure(path: Path, tokenizer: REMITokenizer) -> dict:
     }
 
 
+def plot(rows: dict[str, dict], path: Path) -> None:
+    """Bars per song against the grid reference, by meter, with the hand-counted POP909 downbeats."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for meter, colour in (("4/4", "tab:blue"), ("3/4", "tab:orange")):
+        chosen = [r for r in rows.values() if r["meter"] == meter]
+        label = f"{meter} ({len(chosen)} songs)"
+        ax.scatter([r["grid"] for r in chosen], [r["bars"] for r in chosen], s=8, c=colour, label=label)
+    for name, counts in ANNOTATED.items():
+        if name in rows:
+            reference = counts.get("every_3_beats", counts.get("downbeats"))
+            ax.scatter([reference], [rows[name]["bars"]], marker="x", s=60, c="black")
+            ax.annotate(name, (reference, rows[name]["bars"]), textcoords="offset points", xytext=(4, -10))
+    top = max(max(r["grid"], r["bars"]) for r in rows.values()) * 1.05
+    ax.plot([0, top], [0, top], c="grey", lw=0.8)
+    ax.fill_between([0, top], [0, 0.95 * top], [0, 1.05 * top], color="grey", alpha=0.15, label="within 5%")
+    ax.set(xlabel="reference: length in beats / beats per bar (x: POP909 annotated downbeats)",
+           ylabel="bars written by REMI", title=f"POP909, {len(rows)} songs: bars per song")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", help="POP909 folder (NNN/NNN.mid or NNN.mid)")
     parser.add_argument("--limit", type=int, default=None, help="first N songs only (default: all)")
     parser.add_argument("--out", default=None, help="write the per-song figures here (JSON)")
+    parser.add_argument("--plot", default=None, help="write a plot of bars against the references here (PNG)")
     args = parser.parse_args(argv)
     tokenizer = REMITokenizer(time_signatures=True)
     songs = list(pop909_files(args.folder).items())[: args.limit]
@@ -96,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
             rows[name]["annotated"] = counts
             verdict = {k: f"{v} ({'within' if within(bars, v) else 'outside'} 5%)" for k, v in counts.items()}
             print(f"  annotated {name}: {bars} bars ({rows[name]['meter']}); POP909 {verdict}")
+    if args.plot:
+        plot(rows, Path(args.plot))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1))
