@@ -24,7 +24,7 @@ import yaml
 from model import ModelConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the YAML files shipped with the repo
-CORPUS_KINDS = ("default", "midi_folder", "pop1k7", "groove", "trio")
+CORPUS_KINDS = ("default", "midi_folder", "pop1k7", "pop909", "groove", "trio")
 TOKEN_FORMATS = ("remi", "groove")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -40,9 +40,9 @@ ModelSection.__doc__ = "model.ModelConfig without vocab_size (see model/config.p
 
 @dataclass
 class DataConfig:
-    kind: str = "default"  # corpus: default (music21 scores), midi_folder, pop1k7, groove or trio
+    kind: str = "default"  # corpus: default (music21 scores), midi_folder, pop1k7, pop909, groove or trio
     root: str = "corpus/default"  # folder of the tokenised corpus (built there on first use)
-    source: Optional[str] = None  # folder of raw input to build from (midi_folder, pop1k7, groove)
+    source: Optional[str] = None  # folder of raw input to build from (midi_folder, pop1k7, pop909, groove)
     format: str = "remi"  # token format: remi (pop piano) or groove (3-track Groove2Groove events)
     crop_len: int = 256  # training crop length in tokens (each crop starts at a bar)
     max_bars: Optional[int] = None  # crops also stop before this many bars (pop piano: 48; None: off)

@@ -162,6 +162,8 @@ class DistEnv:
 
 
 # -------------------------------------------------------------------------------- corpus
+BUILDER_OF_KIND = {"default": "music21", "midi_folder": "midi_folder", "pop1k7": "pop1k7", "pop909": "pop909",
+                   "groove": "groove", "trio": "groove"}  # data.kind -> the "builder" of its summary.json
 def prepare_corpus(cfg: RunConfig, dist_env: DistEnv):
     """Load the configured corpus, building it first (on rank 0) when it is not there yet."""
     import data
@@ -172,6 +174,10 @@ def prepare_corpus(cfg: RunConfig, dist_env: DistEnv):
         build_corpus(cfg, root, data)
     dist_env.barrier()
     corpus = data.load_corpus(root)
+    built_by = corpus.summary.get("builder")
+    if built_by != BUILDER_OF_KIND[cfg.data.kind]:
+        raise ValueError(f"corpus {root} was built by the {built_by} builder, but data.kind is {cfg.data.kind} "
+                         f"(set data.root to another folder)")
     name = type(corpus.tokenizer).__name__
     if name != TOKENIZER_OF_FORMAT[cfg.data.format]:
         raise ValueError(f"corpus {root} uses {name}, but data.format is {cfg.data.format}")
@@ -185,7 +191,7 @@ def prepare_corpus(cfg: RunConfig, dist_env: DistEnv):
 def build_corpus(cfg: RunConfig, root: Path, data) -> None:
     """Tokenise the raw input named by the data section into `root`."""
     kind, source, limit = cfg.data.kind, cfg.data.source, cfg.data.max_pieces
-    if kind in ("midi_folder", "pop1k7", "groove") and not source:
+    if kind in ("midi_folder", "pop1k7", "pop909", "groove") and not source:
         raise ValueError(f"corpus {root} is not built yet: set data.source to the raw {kind} folder "
                          f"(--set data.source=PATH)")
     if kind == "trio":
@@ -200,6 +206,8 @@ def build_corpus(cfg: RunConfig, root: Path, data) -> None:
             data.build_default_corpus(root, tokenizer, max_chorales=limit)
         elif kind == "midi_folder":
             data.build_midi_folder_corpus(source, root, tokenizer)
+        elif kind == "pop909":
+            data.build_pop909_corpus(source, root, tokenizer)
         else:
             data.build_pop1k7_corpus(source, root, tokenizer)
 

@@ -1,4 +1,4 @@
-"""Corpora (default corpus from music21, MIDI folders, Pop1K7, Groove2Groove) and training crops.
+"""Corpora (default corpus from music21, MIDI folders, Pop1K7, POP909, Groove2Groove) and training crops.
 
 ```python
 corpus = build_default_corpus("corpus/default")     # once; cached in the folder
@@ -12,6 +12,7 @@ from data.crops import IGNORE_INDEX, CropDataset, ValidationSet, pad_crop
 from data.folders import build_groove_corpus, build_midi_folder_corpus
 from data.music21_corpus import build_default_corpus
 from data.pop1k7 import RestrictedUnpickler, UnsafePickleError, build_pop1k7_corpus
+from data.pop909 import build_pop909_corpus
 
 __all__ = [
     "IGNORE_INDEX",
@@ -28,6 +29,7 @@ __all__ = [
     "build_groove_corpus",
     "build_midi_folder_corpus",
     "build_pop1k7_corpus",
+    "build_pop909_corpus",
     "load_corpus",
     "pad_crop",
 ]

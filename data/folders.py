@@ -60,8 +60,14 @@ def tokenize_files(
             logger.warning("skipped %s: %s", path, err.reason)
             continue
         group = length_group(len(ids))
-        pieces.append(Piece(name, np.asarray(ids, dtype=np.int32), "", midi_meters(midi), path.name, group))
+        pieces.append(Piece(name, np.asarray(ids, dtype=np.int32), "", meters_used(midi, tokenizer), path.name, group))
     return pieces, skipped
+
+
+def meters_used(midi, tokenizer: BaseTokenizer) -> list[str]:
+    """The meter the encoder followed when its meter policy chose one (``remi.meter``), else the file's."""
+    meter = getattr(getattr(tokenizer, "last_encode_stats", None), "meter", "")
+    return [meter] if meter and meter != "declared map" else midi_meters(midi)
 
 
 def midi_files(folder: Path) -> list[Path]:

@@ -5,17 +5,21 @@ Encoding (any ``ticks_per_beat``; all pitched tracks merged, drum tracks ignored
 * onsets are rounded to the nearest sub-beat (16th note, half up); durations likewise, at least 1 and
   at most 16 sub-beats (longer notes are clipped);
 * pitches outside 22..107 are dropped, velocities clamp to 40..86 and round (half up) to the even levels;
-* bars follow the file's time-signature map (``time_signatures=True``) or are all 4/4; a meter change
-  that does not fall on a bar line takes effect at the next bar line; bars longer than 16 sub-beats
-  are written as several ``Bar`` parts (see ``remi.vocab``);
-* the tempo in force at the start (MIDI's 120 bpm if the file sets none) is written at ``Beat_0`` of
-  the first bar, then each change of the (rounded, clamped) tempo at its sub-beat; changes after the
-  last note onset are dropped;
+* bars follow the meter policy of ``remi.meter`` (``time_signatures=True``: the file's time-signature
+  map unless it is not trusted, e.g. POP909's 1/4, in which case the meter and its downbeat phase are
+  inferred from the onsets) or are all 4/4 from the file's start; a meter change that does not fall on
+  a bar line takes effect at the next bar line; bars longer than 16 sub-beats are written as several
+  ``Bar`` parts (see ``remi.vocab``);
+* the song starts at the bar of its first note: leading bars without notes (silence, tempo changes)
+  are left out unless ``keep_leading_silence=True`` (then it starts at the file's first bar);
+* the tempo in force where the song starts (MIDI's 120 bpm if the file sets none) is written at
+  ``Beat_0`` of the first bar, then each change of the (rounded, clamped) tempo at its sub-beat;
+  changes after the last note onset are dropped;
 * chords (chorder's rule, ``remi.chords``) are written at the beat where the chord label changes,
   starting with the first beat; ``Chord_N_N`` where the music stops being a recognised chord;
 * the sequence ends with ``EOS_None``.
 
-What was changed on the way is counted in :class:`EncodeStats` (``tok.last_encode_stats``,
+What was changed on the way is counted in :class:`EncodeStats` (with the meter used and why) (``tok.last_encode_stats``,
 ``tok.encode_with_report``). Decoding gives a one-track piano ``miditoolkit.MidiFile`` at 480 ticks
 per beat, with tempi, time signatures and the chords as markers; invalid events are skipped.
 """
@@ -32,6 +36,7 @@ from miditoolkit import Instrument, Marker, Note, TempoChange, TimeSignature
 
 from remi.chords import beat_chords
 from remi.grammar import Kind, Phase, REMIConstraintState, TokenTable
+from remi.meter import decide_meter
 from remi.vocab import (
     CHORD_ROOTS,
     DEFAULT_BPM,
@@ -45,6 +50,7 @@ from remi.vocab import (
     TICKS_PER_SUB_BEAT,
     VELOCITIES,
     build_tokens,
+    meter_length,
     meter_parts,
     meter_token,
     nearest_meter,
@@ -73,13 +79,19 @@ class EncodeStats:
     tempo_dropped: int = 0  # tempo changes after the last note onset
     meters_remapped: int = 0  # time signatures not in remi.vocab.METERS, mapped to the nearest
     meter_changes_moved: int = 0  # meter changes not on a bar line, moved to the next one
+    leading_bars_dropped: int = 0  # bars before the first note's bar, left out (keep_leading_silence=False)
+    start: int = 0  # sub-beat of the file where the encoded song starts (< 0: before the file's tick 0)
+    meter: str = ""  # meter followed: "4/4", "3/4" ... or "declared map" (the file's meter changes)
+    meter_source: str = ""  # "declared", "default" (none declared: 4/4), "inferred" or "" (4/4 vocabulary)
+    meter_reason: str = ""  # why that meter, in words (see remi.meter)
 
 
 class REMITokenizer(BaseTokenizer):
     """REMI events for (pop) piano: Bar, Beat, Tempo, Chord, Note triples; optional TimeSig."""
 
-    def __init__(self, time_signatures: bool = True):
-        self.time_signatures = time_signatures  # write TimeSig tokens and follow the file's meters
+    def __init__(self, time_signatures: bool = True, keep_leading_silence: bool = False):
+        self.time_signatures = time_signatures  # write TimeSig tokens and follow the meter policy
+        self.keep_leading_silence = keep_leading_silence  # start at the file's first bar, not the first note's
         super().__init__()
         self.table = TokenTable(self.vocab)  # per-id kind/value, for the grammar and the decoder
         self.bar_id = self.vocab["Bar_None"]
@@ -90,7 +102,7 @@ class REMITokenizer(BaseTokenizer):
         return build_tokens(self.time_signatures)
 
     def config(self) -> dict[str, Any]:
-        return {"time_signatures": self.time_signatures}
+        return {"time_signatures": self.time_signatures, "keep_leading_silence": self.keep_leading_silence}
 
     # ---------------------------------------------------------------- encode
     def encode_with_report(self, source: Any) -> tuple[list[int], EncodeStats]:
@@ -131,7 +143,23 @@ class REMITokenizer(BaseTokenizer):
         stats.notes_encoded = len(onset)
         last = int(onset[-1])
 
-        tempo_at = self._tempo_events(midi, last, stats)
+        starts, part_meters, parts = self._bar_grid(midi, onset, duration, last, stats)
+        first = 0
+        if not self.keep_leading_silence:
+            first = int(np.searchsorted(starts, onset[0], side="right")) - 1
+            while parts[first] > 0:  # back to the first part of that bar
+                first -= 1
+        origin = int(starts[first])  # file sub-beat where the song starts; positions below are relative to it
+        stats.start, stats.leading_bars_dropped = origin, sum(p == 0 for p in parts[:first])
+        bar_starts = starts[first:] - origin
+        bar_meters, written = [], None
+        for meter, part in zip(part_meters[first:], parts[first:]):
+            new = self.time_signatures and part == 0 and meter != written
+            bar_meters.append(meter_token(meter) if new else None)
+            written = meter if part == 0 else written
+        onset, last = onset - origin, last - origin
+
+        tempo_at = self._tempo_events(midi, origin, last, stats)
         chord_at = {}
         previous = None
         for beat, label in enumerate(beat_chords(onset, onset + duration, pitch, SUB_BEATS_PER_BEAT)):
@@ -142,7 +170,6 @@ class REMITokenizer(BaseTokenizer):
                 chord_at[position] = label
                 previous = label
 
-        bar_starts, bar_meters = self._bar_grid(midi, last, stats)
         positions = np.array(sorted(set(onset.tolist()) | tempo_at.keys() | chord_at.keys()), dtype=np.int64)
         bars = (np.searchsorted(bar_starts, positions, side="right") - 1).tolist()
         offsets = (positions - bar_starts[bars]).tolist()
@@ -176,23 +203,29 @@ class REMITokenizer(BaseTokenizer):
         """Ticks at ``tpq`` per beat -> nearest sub-beat (half up), exact integer arithmetic."""
         return (2 * SUB_BEATS_PER_BEAT * ticks + tpq) // (2 * tpq)
 
-    def _tempo_events(self, midi: miditoolkit.MidiFile, last: int, stats: EncodeStats) -> dict[int, str]:
-        """``{sub-beat: Tempo token}`` where the rounded tempo changes (always one at 0)."""
+    def _tempo_events(self, midi: miditoolkit.MidiFile, origin: int, last: int, stats: EncodeStats) -> dict[int, str]:
+        """``{sub-beat after origin: Tempo token}`` where the rounded tempo changes (always one at 0).
+
+        ``origin`` and ``last`` are file sub-beats; the tempo in force at ``origin`` is written at 0.
+        """
         level_at: dict[int, int] = {0: self._tempo_level(DEFAULT_BPM)}
         changes = sorted(midi.tempo_changes, key=lambda t: t.time)
         for change in changes:
             position = int(self._to_grid(np.int64(change.time), midi.ticks_per_beat))
-            if position > last:
+            if position > last + origin:
                 stats.tempo_dropped += 1
                 continue
             if not TEMPI[0] <= change.tempo <= TEMPI[-1]:
                 stats.tempo_clamped += 1
             level_at[position] = self._tempo_level(change.tempo)
+        start = max(origin, 0)
+        shifted = {0: max((p, level) for p, level in level_at.items() if p <= start)[1]}
+        shifted.update({p - origin: level for p, level in level_at.items() if p > start})
         events, previous = {}, None
-        for position in sorted(level_at):
-            if level_at[position] != previous:
-                events[position] = f"Tempo_{level_at[position]}"
-                previous = level_at[position]
+        for position in sorted(shifted):
+            if shifted[position] != previous:
+                events[position] = f"Tempo_{shifted[position]}"
+                previous = shifted[position]
         return events
 
     @staticmethod
@@ -201,26 +234,27 @@ class REMITokenizer(BaseTokenizer):
         return TEMPI[index]
 
     def _bar_grid(
-        self, midi: miditoolkit.MidiFile, last: int, stats: EncodeStats
-    ) -> tuple[np.ndarray, list[str | None]]:
-        """Start (sub-beat) of every bar part up to ``last``, and the TimeSig token each one carries."""
-        meter_at: dict[int, tuple[int, int]] = {}
+        self, midi: miditoolkit.MidiFile, onset: np.ndarray, duration: np.ndarray, last: int, stats: EncodeStats
+    ) -> tuple[np.ndarray, list[tuple[int, int]], list[int]]:
+        """Every bar part up to ``last`` (file sub-beats): its start, its bar's meter, its index in the bar.
+
+        The first bar may start before the file's tick 0 when an inferred downbeat phase puts it there.
+        """
+        changes: list[tuple[int, tuple[int, int]]] = []
+        origin = 0
         if self.time_signatures:
-            for change in sorted(midi.time_signature_changes, key=lambda t: t.time):
-                meter = nearest_meter(change.numerator, change.denominator)
-                if meter != (change.numerator, change.denominator):
-                    stats.meters_remapped += 1
-                    logger.warning(
-                        "time signature %d/%d is not supported; using %d/%d",
-                        change.numerator,
-                        change.denominator,
-                        *meter,
-                    )
-                meter_at[int(self._to_grid(np.int64(change.time), midi.ticks_per_beat))] = meter
-        changes = sorted(meter_at.items())
+            changes = self._declared_meters(midi, stats)
+            decision = decide_meter(changes, onset, duration)
+            stats.meter, stats.meter_source, stats.meter_reason = decision.label, decision.source, decision.reason
+            logger.debug("meter %s (%s): %s", decision.label, decision.source, decision.reason)
+            if decision.source == "inferred":
+                bar = meter_length(decision.meter)
+                origin = decision.phase - bar if decision.phase > 0 else 0
+                changes = [(origin, decision.meter)]
         starts: list[int] = []
-        meters: list[str | None] = []
-        meter, written, position, index = DEFAULT_METER, None, 0, 0
+        meters: list[tuple[int, int]] = []
+        parts: list[int] = []
+        meter, position, index = DEFAULT_METER, origin, 0
         while position <= last:
             while index < len(changes) and changes[index][0] <= position:
                 if changes[index][0] < position:
@@ -231,10 +265,26 @@ class REMITokenizer(BaseTokenizer):
                 if position > last:
                     break
                 starts.append(position)
-                meters.append(meter_token(meter) if self.time_signatures and part == 0 and meter != written else None)
-                written = meter
+                meters.append(meter)
+                parts.append(part)
                 position += length
-        return np.array(starts, dtype=np.int64), meters
+        return np.array(starts, dtype=np.int64), meters, parts
+
+    def _declared_meters(self, midi: miditoolkit.MidiFile, stats: EncodeStats) -> list[tuple[int, tuple[int, int]]]:
+        """The file's time signatures as ``[(sub-beat, supported meter)]`` (the last one at a sub-beat wins)."""
+        meter_at: dict[int, tuple[int, int]] = {}
+        for change in sorted(midi.time_signature_changes, key=lambda t: t.time):
+            meter = nearest_meter(change.numerator, change.denominator)
+            if meter != (change.numerator, change.denominator):
+                stats.meters_remapped += 1
+                logger.warning(
+                    "time signature %d/%d is not supported; using %d/%d",
+                    change.numerator,
+                    change.denominator,
+                    *meter,
+                )
+            meter_at[int(self._to_grid(np.int64(change.time), midi.ticks_per_beat))] = meter
+        return sorted(meter_at.items())
 
     # ---------------------------------------------------------------- decode
     def constraint_state(self) -> REMIConstraintState:

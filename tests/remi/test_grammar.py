@@ -98,9 +98,11 @@ def test_sampling_under_the_mask_always_decodes_cleanly(tok, tok_4_4, time_signa
         notes = report.music.instruments[0].notes
         kinds = tokenizer.table.kinds[np.asarray(ids)]
         assert len(notes) == int((kinds == Kind.DURATION).sum())
-        if notes:  # what decodes re-encodes (notes keep their places; Duration_0 becomes one sub-beat)
+        if notes:  # what decodes re-encodes (notes keep their places relative to the song's start, which
+            # moves to the first note's bar; Duration_0 becomes one sub-beat)
             again = tokenizer.decode(tokenizer.encode(report.music))
-            at_least_one = [(o, max(d, Fraction(1, 4)), p, v) for o, d, p, v in note_set(report.music)]
+            shift = Fraction(tokenizer.last_encode_stats.start, 4)
+            at_least_one = [(o - shift, max(d, Fraction(1, 4)), p, v) for o, d, p, v in note_set(report.music)]
             assert note_set(again) == sorted(at_least_one)
 
 

@@ -1,0 +1,152 @@
+"""POP909 (Wang et al., ISMIR 2020; MIT): 909 pop songs as piano arrangements, as a REMI corpus.
+
+Accepted folders: the dataset repository's ``POP909/NNN/NNN.mid`` (the ``versions/`` sub-folders of
+alternative takes are skipped) or a flat folder of ``NNN.mid``. Each file has a tempo track and three
+piano tracks, ``MELODY`` (lead melody), ``BRIDGE`` (secondary melody) and ``PIANO`` (accompaniment);
+they are merged into one piano part (other tracks, if any, are left out and counted). A file without
+any of the three is reported and skipped.
+
+POP909's time signatures are not annotations: most files declare 1/4, some 2/4, 4/4 or 6/8, whatever
+the music's meter (4/4, some 3/4). They are therefore left out of the merged file (``merge_tracks``),
+and with ``time_signatures=True`` (the default here) the REMI encoder's meter policy (``remi.meter``)
+checks MIDI's default 4/4 against the onsets and infers the meter and its downbeat where 4/4 does not
+fit. (Kept, a declared 2/4 would pass: onsets alone cannot tell 2/4 from 4/4.) The summary counts the
+meters used and gives, per song, the declared meters, the meter used and why, and its number of bars.
+
+Songs are split by a hash of their number (``data.corpus.split_pieces``, long and short songs apart).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import miditoolkit
+import numpy as np
+from tqdm.auto import tqdm
+
+from data.corpus import (
+    Piece,
+    Skipped,
+    TokenCorpus,
+    cached_corpus,
+    files_fingerprint,
+    length_group,
+    midi_meters,
+    split_pieces,
+    truncate_at_bar,
+    write_corpus,
+)
+from tokenization import BaseTokenizer, TokenizationError, load_midi
+from tokenization.base import MIDI_SUFFIXES
+
+logger = logging.getLogger(__name__)
+
+BUILDER = "pop909"
+TRACKS = ("MELODY", "BRIDGE", "PIANO")  # merged into the piano part, in this order
+
+
+def pop909_files(folder: str | Path) -> dict[str, Path]:
+    """``{song: path}`` of the MIDI files below ``folder`` (``versions/`` skipped), named by file stem."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder")
+    songs: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.suffix not in MIDI_SUFFIXES or not path.is_file() or "versions" in path.relative_to(folder).parts:
+            continue
+        if path.stem in songs:
+            raise ValueError(f"{folder}: two files for song {path.stem} ({songs[path.stem]}, {path})")
+        songs[path.stem] = path
+    return songs
+
+
+def merge_tracks(
+    midi: miditoolkit.MidiFile, source: str, keep_meters: bool = False
+) -> tuple[miditoolkit.MidiFile, int]:
+    """``midi`` with MELODY, BRIDGE and PIANO merged into one piano track, and the notes left out.
+
+    The tempo map is kept; the time signatures only with ``keep_meters`` (see the module docstring).
+    """
+    by_name = {inst.name.strip().upper(): inst for inst in midi.instruments}
+    kept = [by_name[name] for name in TRACKS if name in by_name]
+    if not kept:
+        names = [inst.name for inst in midi.instruments]
+        raise TokenizationError(source, f"none of the tracks {', '.join(TRACKS)} (tracks: {names})")
+    piano = miditoolkit.Instrument(program=0, is_drum=False, name="Piano")
+    piano.notes = sorted((n for inst in kept for n in inst.notes), key=lambda n: (n.start, n.pitch))
+    left_out = sum(len(inst.notes) for inst in midi.instruments if inst not in kept)
+    merged = miditoolkit.MidiFile(ticks_per_beat=midi.ticks_per_beat)
+    merged.instruments = [piano]
+    merged.tempo_changes = list(midi.tempo_changes)
+    merged.time_signature_changes = list(midi.time_signature_changes) if keep_meters else []
+    merged.max_tick = max((n.end for n in piano.notes), default=0)
+    return merged, left_out
+
+
+def build_pop909_corpus(
+    folder: str | Path,
+    root: str | Path,
+    tokenizer: BaseTokenizer | None = None,
+    heldout: float = 0.05,
+    max_piece_tokens: int | None = None,
+    progress: bool = True,
+) -> TokenCorpus:
+    """Tokenise the POP909 songs below ``folder`` (REMI with TimeSig tokens by default) into ``root`` (cached).
+
+    Bad files are reported (``summary.json``, log) and skipped. The summary adds ``meters`` (songs per
+    meter and source), ``songs`` (per song: declared meters, meter used, its source and reason, bars,
+    leading bars left out) and
+    ``notes_left_out`` (notes of tracks other than MELODY, BRIDGE and PIANO).
+    """
+    if tokenizer is None:
+        from remi import REMITokenizer
+
+        tokenizer = REMITokenizer(time_signatures=True)
+    folder = Path(folder)
+    songs = pop909_files(folder)
+    if not songs:
+        raise ValueError(f"{folder}: no MIDI files (POP909's NNN/NNN.mid or NNN.mid)")
+    settings = {
+        "folder": str(folder.resolve()),
+        "files": files_fingerprint(songs.values(), folder),
+        "heldout": heldout,
+        "max_piece_tokens": max_piece_tokens,
+        "tokenizer": {"name": type(tokenizer).__name__, "config": tokenizer.config()},
+    }
+    cached = cached_corpus(root, BUILDER, settings)
+    if cached is not None:
+        return cached
+    pieces, skipped, report = [], [], {}
+    meters: Counter = Counter()
+    left_out = 0
+    for name, path in tqdm(songs.items(), desc="POP909", unit="song", disable=not progress):
+        try:
+            original = load_midi(path)
+            midi, dropped = merge_tracks(original, str(path))
+            ids = tokenizer.encode(midi)
+        except TokenizationError as err:
+            skipped.append(Skipped(name, err.reason))
+            logger.warning("skipped %s: %s", path, err.reason)
+            continue
+        stats = getattr(tokenizer, "last_encode_stats", None)
+        left_out += dropped
+        ids = truncate_at_bar(ids, tokenizer, max_piece_tokens)
+        meter = stats.meter if stats is not None and stats.meter else "4/4"
+        if stats is not None:
+            meters[f"{meter} ({stats.meter_source or 'vocabulary'})"] += 1
+            report[name] = {
+                "declared": midi_meters(original),
+                "meter": meter,
+                "source": stats.meter_source,
+                "reason": f"declared time signatures ignored; {stats.meter_reason}" if stats.meter_reason else "",
+                "bars": len(tokenizer.bar_starts(ids)),
+                "leading_bars_dropped": stats.leading_bars_dropped,
+            }
+        pieces.append(Piece(name, np.asarray(ids, dtype=np.int32), "", [meter], path.name, length_group(len(ids))))
+    if not pieces:
+        raise ValueError(f"{folder}: none of the {len(songs)} POP909 files could be tokenised")
+    extra = {"meters": dict(meters.most_common()), "notes_left_out": left_out, "songs": report}
+    logger.info("meters: %s", ", ".join(f"{k}: {n}" for k, n in meters.most_common()))
+    return write_corpus(root, tokenizer, split_pieces(pieces, heldout), skipped, BUILDER, settings, extra)
