@@ -37,6 +37,11 @@ def compiled_available() -> bool:
     return _compiled is not None
 
 
+def compiled_kernels():
+    """The imported `spe_kernels` module (also holds the sineSPE code kernels), or None."""
+    return _compiled
+
+
 def backend_for(code: torch.Tensor, requested: str | None = None) -> str:
     """The backend that will contract with `code`: `requested` if given (checked), else the best."""
     applies = _compiled is not None and code.device.type == "cpu" and code.dtype in (torch.float32,

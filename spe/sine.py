@@ -7,6 +7,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from spe.contract import backend_for, compiled_kernels
+
 
 class SineSPE(nn.Module):
     """Code generator for sinusoidal SPE.
@@ -67,12 +69,11 @@ class SineSPE(nn.Module):
             raise ValueError(f"need start >= 0 and length >= 1, got start={start}, length={length}")
         r = noise.shape[-1]
         positions = torch.arange(start, start + length, device=noise.device)
-        omega_q, omega_k = self._omegas(positions)                      # (H, D, L, 2K) each
+        omega_q, omega_k = self._omegas(positions)                      # (L, H, D, 2K) each
         gains = F.softplus(self.gains).repeat_interleave(2, dim=-1)      # (H, D, 2K), one per cos/sin
         scale = math.sqrt(2 * self.num_sines) * (r * self.in_features) ** 0.25  # sqrt(2K) (R D)^(1/4)
         z = noise * (gains / scale).unsqueeze(-1)                       # (H, D, 2K, R)
-        qbar = (omega_q @ z).permute(2, 0, 1, 3).contiguous()           # (L, H, D, R)
-        kbar = (omega_k @ z).permute(2, 0, 1, 3).contiguous()           # (L, H, D, R)
+        qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
         return qbar.unsqueeze(0), kbar.unsqueeze(0)                     # (1, L, H, D, R)
 
     def expected_template(self, length: int) -> torch.Tensor:
@@ -87,11 +88,11 @@ class SineSPE(nn.Module):
         return kernel[:, :, index]                                      # (H, D, L, L)
 
     def _omegas(self, positions: torch.Tensor):
-        """Interleaved cos/sin features of the queries (with offsets) and keys: (H, D, L, 2K) each."""
-        phases_k = 2 * math.pi * self._cycles(positions)               # (H, D, L, K)
-        phases_q = phases_k + self.offsets[:, :, None, :]               # (H, D, L, K)
-        omega_q = torch.stack([torch.cos(phases_q), torch.sin(phases_q)], dim=-1).flatten(-2)  # (H, D, L, 2K)
-        omega_k = torch.stack([torch.cos(phases_k), torch.sin(phases_k)], dim=-1).flatten(-2)  # (H, D, L, 2K)
+        """Interleaved cos/sin features of the queries (with offsets) and keys: (L, H, D, 2K) each."""
+        phases_k = 2 * math.pi * self._cycles(positions).permute(2, 0, 1, 3)  # (L, H, D, K)
+        phases_q = phases_k + self.offsets                              # (L, H, D, K)
+        omega_q = torch.stack([torch.cos(phases_q), torch.sin(phases_q)], dim=-1).flatten(-2)  # (L, H, D, 2K)
+        omega_k = torch.stack([torch.cos(phases_k), torch.sin(phases_k)], dim=-1).flatten(-2)  # (L, H, D, 2K)
         return omega_q, omega_k
 
     def _cycles(self, positions: torch.Tensor) -> torch.Tensor:
@@ -99,3 +100,27 @@ class SineSPE(nn.Module):
         freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
         cycles = freqs[:, :, None, :] * positions.double()[:, None]     # (H, D, L, K)
         return torch.remainder(cycles, 1.0).to(self.freqs.dtype)
+
+
+def sine_code(omega: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r]: (S, H, D, 2K), (H, D, 2K, R) ->
+    (S, H, D, R), contiguous. The compiled kernel (when available, on CPU) writes this layout
+    directly and takes its gradient in one pass; the einsum is the reference."""
+    if backend_for(omega) == "compiled" and z.dtype == omega.dtype:
+        return _SineCode.apply(omega.contiguous(), z.contiguous())
+    return torch.einsum("shdj,hdjr->shdr", omega, z).contiguous()
+
+
+class _SineCode(torch.autograd.Function):
+    """`sine_code` through the spe_kernels extension."""
+
+    @staticmethod
+    def forward(ctx, omega, z):
+        ctx.save_for_backward(omega, z)
+        return compiled_kernels().sine_code(omega, z)
+
+    @staticmethod
+    def backward(ctx, grad):
+        omega, z = ctx.saved_tensors
+        grad_omega, grad_z = compiled_kernels().sine_code_backward(grad.contiguous(), omega, z)
+        return grad_omega, grad_z

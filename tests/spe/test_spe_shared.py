@@ -152,3 +152,21 @@ def test_shared_code_errors():
     assert out[0].shape == (1, 4, 5, H, R)
     with pytest.raises(ValueError, match="prefix of a 1-D code"):
         filt(torch.randn(1, 3, 5, H, D), torch.randn(1, 3, 5, H, D), code2d)
+
+
+@pytest.mark.skipif(not compiled_available(), reason="spe_kernels (the compiled extension) is not installed")
+def test_compiled_sine_code_equals_einsum_values_and_gradients():
+    from spe.sine import _SineCode
+
+    torch.manual_seed(5)
+    omega = torch.randn(N, H, D, 6, dtype=torch.float64, requires_grad=True)
+    z = torch.randn(H, D, 6, R, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(N, H, D, R, dtype=torch.float64)
+    compiled = _SineCode.apply(omega, z)
+    reference = torch.einsum("shdj,hdjr->shdr", omega, z)
+    torch.testing.assert_close(compiled, reference)
+    got = torch.autograd.grad((compiled * weights).sum(), (omega, z))
+    want = torch.autograd.grad((reference * weights).sum(), (omega, z))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert torch.autograd.gradcheck(_SineCode.apply, (omega[:3], z))
