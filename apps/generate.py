@@ -143,10 +143,11 @@ def count_bars(tokenizer: Any, tokens: list[int], start: int) -> list[int]:
     return [i for i in tokenizer.bar_starts(tokens) if i >= start]
 
 
-def bar_stop(tokenizer: Any, start: int, bars: int) -> Callable[[list[int]], bool]:
-    """Stop condition: more than `bars` bars begin at or after index `start` (checked every few tokens)."""
+def bar_stop(tokenizer: Any, start: int, bars: int, every: int = BAR_CHECK_EVERY
+             ) -> Callable[[list[int]], bool]:
+    """Stop condition: more than `bars` bars begin at or after index `start` (checked every `every` tokens)."""
     def stop(tokens: list[int]) -> bool:
-        return len(tokens) % BAR_CHECK_EVERY == 0 and len(count_bars(tokenizer, tokens, start)) > bars
+        return len(tokens) % every == 0 and len(count_bars(tokenizer, tokens, start)) > bars
     return stop
 
 

@@ -30,6 +30,9 @@ from model.positional import PositionalCode
 logger = logging.getLogger(__name__)
 
 
+StopCondition = Callable[[list[int]], bool]  # tokens so far -> end this sample now
+
+
 class GrammarDeadEnd(RuntimeError):
     """The grammar allows no token at some point of a constrained decoding."""
 
@@ -157,15 +160,20 @@ class Decoder:
         self.state = replace(self.state, code=self.code)
 
     @torch.no_grad()
-    def run(self, max_new_tokens: int, stop: Callable[[list[int]], bool] | None = None,
+    def run(self, max_new_tokens: int, stop: StopCondition | Sequence[StopCondition] | None = None,
             progress: bool = False, callback: Callable[[int, int], None] | None = None) -> None:
-        """Sample up to max_new_tokens more tokens for every unfinished sample.
+        """Sample up to max_new_tokens more tokens for every sample that has not reached EOS.
 
-        `stop(tokens)` is asked after every new token of a sample and ends that sample when True;
-        `callback(done, total)` is called after every batched step (e.g. a progress display).
+        `stop(tokens)` (one for all samples, or a list with one per sample) is asked after every new
+        token of a sample and ends that sample for this run when True; `callback(done, total)` is
+        called after every batched step (e.g. a progress display).
         """
+        stops = list(stop) if isinstance(stop, Sequence) else [stop] * self.num_samples
+        if len(stops) != self.num_samples:
+            raise ValueError(f"{len(stops)} stop conditions for {self.num_samples} samples")
         if max_new_tokens < 1:
             raise ValueError(f"the number of new tokens must be >= 1, got {max_new_tokens}")
+        self.finished = list(self.at_eos)  # a stop condition ends a sample for one run only
         if all(self.finished):
             return
         self.reserve(self.state.position + max_new_tokens)
@@ -187,7 +195,7 @@ class Decoder:
                     continue
                 if self.grammars is not None:
                     self.grammars[i].advance(token)
-                if stop is not None and stop(self.tokens[i]):
+                if stops[i] is not None and stops[i](self.tokens[i]):
                     self.finished[i] = True
             bar.update(1)
             if callback is not None:
