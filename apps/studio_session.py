@@ -16,6 +16,7 @@ one-line message that the page shows; anything else is a bug and keeps its trace
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -223,11 +224,12 @@ class StudioSession:
 
     def _extend(self, length: int, unit: str, progress: Progress | None, verb: str) -> View:
         decoder, tokenizer = self.decoder, self.ckpt.tokenizer
-        start = max(len(t) for t in decoder.tokens)
+        before = [len(t) for t in decoder.tokens]
         stop = None
         if unit == "bars":  # a bar already begun by the last token counts as the first new one
             stop = [bar_stop(tokenizer, len(t) - 1, int(length), every=1) for t in decoder.tokens]
         budget = self._budget(length, unit)
+        began = time.perf_counter()
 
         def report(done: int, total: int) -> None:
             if progress is not None:
@@ -237,6 +239,7 @@ class StudioSession:
             decoder.run(budget, stop=stop, callback=report)
         except ValueError as error:  # e.g. a learned-APE model out of positions
             raise StudioError(str(error)) from None
+        seconds = time.perf_counter() - began
         results = decoder.results()
         self.takes += 1
         folder = self.workdir / f"take_{self.takes:03d}"
@@ -244,9 +247,10 @@ class StudioSession:
         samples = [self._write(result, folder / f"sample_{i + 1}.mid", audio, decoder.at_eos[i])
                    for i, result in enumerate(results)]
         similarity = self._similarity(results)
-        added = sum(len(t) for t in decoder.tokens) / len(decoder.tokens) - start
-        status = (f"{verb} {len(results)} sample(s): {max(added, 0):.0f} new tokens each on average "
-                  f"in {decoder.seconds:.1f} s of decoding so far; {len(results[0].tokens)} tokens in sample 1"
+        added = [len(t) - n for t, n in zip(decoder.tokens, before)]
+        status = (f"Step {len(self.history) + 1}: {verb} {len(results)} sample(s), "
+                  f"+{', +'.join(map(str, added))} tokens in {seconds:.1f} s "
+                  f"({sum(added) / max(seconds, 1e-9):.0f} tokens/s); sample 1 has {len(results[0].tokens)} tokens"
                   + ("" if not any(decoder.at_eos) else f"; {sum(decoder.at_eos)} ended at EOS"))
         view = View(status=status, samples=samples, similarity=similarity, take=len(self.history) + 1)
         self.history.append(Step(snapshot=decoder.snapshot(), view=view))

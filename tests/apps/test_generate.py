@@ -7,42 +7,15 @@ from pathlib import Path
 import miditoolkit
 import numpy as np
 import pytest
-import torch
 
 from apps.audio import AudioConfig, read_wav, tick_to_seconds
-from apps.checkpoint import save_checkpoint
-from apps.config import RunConfig
 from apps.generate import main
 from groove import GrooveTokenizer
-from model import MusicPerformer
 from remi import REMITokenizer
-from cli_helpers import exit_status
+from cli_helpers import exit_status, save_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-
-
-def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", max_len: int = 256, tokens: int = 40,
-              data: dict | None = None, always: str | None = None) -> Path:
-    """A random-weight 2-layer model saved as a checkpoint of run_dir; returns run_dir.
-
-    always: a token the model then predicts with certainty, whatever the input.
-    """
-    model = {"n_layer": 2, "n_head": 2, "d_model": 16, "d_ff": 32, "dropout": 0.0, "pe": pe,
-             "num_realizations": 8, "num_sines": 2, "kernel_size": 8, "feature_dims": 16,
-             "attention": "torch", "max_len": max_len}
-    config = RunConfig.from_dict({"model": model, "data": data or {"crop_len": 32},
-                                  "generate": {"tokens": tokens}})
-    torch.manual_seed(0)
-    network = MusicPerformer(config.model_config(tokenizer.vocab_size))
-    if always is not None:
-        with torch.no_grad():
-            network.ln_f.weight.zero_()
-            network.ln_f.bias.fill_(1.0)
-            network.head.weight.zero_()
-            network.head.weight[tokenizer.vocab[always]] = 10.0
-    save_checkpoint(run_dir, model=network, tokenizer=tokenizer, config=config, step=3)
-    return run_dir
 
 
 @pytest.fixture(scope="module")
