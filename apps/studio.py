@@ -32,12 +32,15 @@ SIMILARITY_HEADERS = ["sample", "metric", "Q1", "Q2", "Q3", "Q4"]
 class Studio:
     """The page's callbacks over per-browser `StudioSession`s (kept in a gr.State)."""
 
-    def __init__(self, workdir: Path, device: str = "cpu") -> None:
+    def __init__(self, workdir: Path, device: str = "cpu", threads: int = 1) -> None:
         self.workdir = workdir
         self.device = device
+        self.threads = threads
 
     def session(self, state: StudioSession | None) -> StudioSession:
-        return state if state is not None else StudioSession(self.workdir / uuid.uuid4().hex[:12], self.device)
+        if state is not None:
+            return state
+        return StudioSession(self.workdir / uuid.uuid4().hex[:12], self.device, self.threads)
 
     def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
                  progress: Any = None) -> list[Any]:
@@ -96,11 +99,11 @@ def _unchanged(session: StudioSession, status: str) -> list[Any]:
     return [session, status] + [gr.update() for _ in range(5)]
 
 
-def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu") -> Any:
+def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", threads: int = 1) -> Any:
     """The gradio Blocks of the studio (not launched)."""
     import gradio as gr
 
-    studio = Studio(workdir, device)
+    studio = Studio(workdir, device, threads)
     choices = model_choices(list(runs))
     with gr.Blocks(title="SPE studio") as app:
         gr.Markdown("# SPE studio\nGenerate music with a Performer + stochastic positional encoding model, "
@@ -111,27 +114,27 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu") -> 
                 model = gr.Dropdown(choices=choices, value=choices[0] if choices else None,
                                     allow_custom_value=True, label="Model (shipped, or a run directory)")
                 prompt = gr.File(label=f"MIDI prompt (optional, up to {MAX_UPLOAD_BYTES // 2**20} MiB)",
-                                 file_types=[".mid", ".midi"], type="filepath")
-                prompt_bars = gr.Slider(1, 32, value=4, step=1, label="Prompt bars kept")
+                                 file_types=[".mid", ".midi"], type="filepath", height=110, elem_id="prompt")
+                prompt_bars = gr.Slider(1, 32, value=4, step=1, label="Prompt bars kept", elem_id="prompt_bars")
                 with gr.Row():
-                    length = gr.Number(value=4, precision=0, label="Length")
-                    unit = gr.Radio(list(UNITS), value="bars", label="Unit")
+                    length = gr.Number(value=4, precision=0, label="Length", elem_id="length")
+                    unit = gr.Radio(list(UNITS), value="bars", label="Unit", elem_id="unit")
                 temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.05, label="Temperature")
                 top_p = gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Top-p")
                 with gr.Row():
                     seed = gr.Number(value=0, precision=0, label="Seed")
                     samples = gr.Slider(1, MAX_SAMPLES, value=1, step=1, label="Samples")
                 with gr.Row():
-                    generate = gr.Button("Generate", variant="primary")
-                    extend = gr.Button("Continue")
-                    undo = gr.Button("Undo")
+                    generate = gr.Button("Generate", variant="primary", elem_id="generate")
+                    extend = gr.Button("Continue", elem_id="continue")
+                    undo = gr.Button("Undo", elem_id="undo")
             with gr.Column(scale=2):
-                status = gr.Markdown("Choose a model and press Generate.")
+                status = gr.Markdown("Choose a model and press Generate.", elem_id="status")
                 sample = gr.Radio(["1"], value="1", label="Sample")
-                roll = gr.Image(type="filepath", label="Piano roll", interactive=False)
-                audio = gr.Audio(type="filepath", label="Audio", interactive=False)
+                roll = gr.Image(type="filepath", label="Piano roll", interactive=False, height=330)
+                audio = gr.Audio(type="filepath", label="Audio", interactive=False, elem_id="audio")
                 downloads = gr.File(file_count="multiple", label="Downloads (MIDI, WAV, OGG, tokens)",
-                                    interactive=False)
+                                    interactive=False, height=170)
                 similarity = gr.Dataframe(headers=SIMILARITY_HEADERS, visible=False, interactive=False,
                                           label="Style similarity of the continuation's quarters to the prompt piece")
         outputs = [state, status, sample, roll, audio, downloads, similarity]
@@ -159,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "repeatable (default: runs/ in the current folder)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                         help="where to run the models (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads per generation; small models decode fastest with 1 "
+                             "(default: %(default)s)")
     parser.add_argument("--workdir", default=None,
                         help="where generated files go (default: a new temporary folder)")
     return parser
@@ -173,11 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(args: argparse.Namespace) -> None:
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1 .. 65535, got {args.port}")
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     device = str(resolve_device(args.device))
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="spe-studio-"))
     workdir.mkdir(parents=True, exist_ok=True)
     runs = [Path(r) for r in (args.runs or ["runs"])]
-    app = build_app(workdir, runs, device)
+    app = build_app(workdir, runs, device, args.threads)
     logger.info("spe-studio: files go to %s", workdir)
     app.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port,
                                                   allowed_paths=[str(workdir)], max_file_size="50mb",

@@ -132,9 +132,11 @@ def check_upload(path: str | Path | None) -> Path | None:
 class StudioSession:
     """One person's studio state (see the module docstring)."""
 
-    def __init__(self, workdir: str | Path, device: str = "cpu") -> None:
+    def __init__(self, workdir: str | Path, device: str = "cpu", threads: int = 1) -> None:
         self.workdir = Path(workdir)
         self.device = torch.device(device)
+        self.threads = threads  # torch CPU threads of the calling thread (set per action: web servers
+        # run callbacks in worker threads, which do not inherit the main thread's setting)
         self.checkpoints: dict[Path, Any] = {}  # loaded models by directory
         self.decoder: Decoder | None = None
         self.ckpt: Any = None  # checkpoint of the current piece
@@ -146,6 +148,7 @@ class StudioSession:
     # ------------------------------------------------------------------------------ actions
     def generate(self, request: Request, progress: Progress | None = None) -> View:
         """A new piece (N samples) from the request; the history starts again."""
+        torch.set_num_threads(self.threads)
         _check_settings(request.length, request.unit, request.num_samples)
         try:
             sampling = SamplingConfig(top_p=float(request.top_p), temperature=float(request.temperature))
@@ -174,6 +177,7 @@ class StudioSession:
         """Extend every sample of the current piece (the recurrent state is kept: only new tokens cost)."""
         if self.decoder is None:
             raise StudioError("nothing to continue yet: press Generate first")
+        torch.set_num_threads(self.threads)
         _check_settings(length, unit, 1)
         if all(self.decoder.at_eos):
             raise StudioError("every sample has ended (EOS): generate a new piece")
