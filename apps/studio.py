@@ -123,7 +123,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                 top_p = gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Top-p")
                 with gr.Row():
                     seed = gr.Number(value=0, precision=0, label="Seed")
-                    samples = gr.Slider(1, MAX_SAMPLES, value=1, step=1, label="Samples")
+                    samples = gr.Slider(1, MAX_SAMPLES, value=1, step=1, label="Samples", elem_id="samples")
                 with gr.Row():
                     generate = gr.Button("Generate", variant="primary", elem_id="generate")
                     extend = gr.Button("Continue", elem_id="continue")

@@ -36,6 +36,7 @@ MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # larger MIDI prompts are refused (a song is
 MAX_SAMPLES = 4  # samples drawn at once
 MAX_TOKENS = 4096  # tokens one generate / continue may add per sample
 MAX_BARS = 64  # bars one generate / continue may add
+TOKENS_PER_BAR = 256  # token budget per requested bar (a dense piano bar takes ~50-200 REMI tokens)
 UNITS = ("bars", "tokens")
 
 Progress = Callable[[float, str], None]  # (fraction done, description)
@@ -224,7 +225,7 @@ class StudioSession:
     @staticmethod
     def _budget(length: int, unit: str) -> int:
         """Token budget of one step: `length` tokens, or generously enough tokens for `length` bars."""
-        return int(length) if unit == "tokens" else min(MAX_TOKENS, 128 * int(length))
+        return int(length) if unit == "tokens" else min(MAX_TOKENS, TOKENS_PER_BAR * int(length))
 
     def _extend(self, length: int, unit: str, progress: Progress | None, verb: str) -> View:
         decoder, tokenizer = self.decoder, self.ckpt.tokenizer

@@ -13,7 +13,7 @@ from apps.generate import count_bars
 from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, Request, StudioError, StudioSession, check_upload,
                                  model_choices)
 from groove import GrooveTokenizer
-from cli_helpers import save_tiny
+from cli_helpers import exit_status, save_tiny
 
 needs_shipped = pytest.mark.skipif(not (PRETRAINED / "meta.json").is_file(), reason="no shipped pretrained/ model")
 
@@ -169,3 +169,13 @@ def test_page_callbacks_turn_errors_into_messages(tmp_path):
         assert [Path(p).suffix for p in downloads] == [".mid", ".wav", ".ogg", ".txt"]
         shown = studio.show(session, "2")
         assert shown[1] == str(session.history[-1].view.samples[1].pianoroll)
+
+
+@pytest.mark.parametrize("args, message", [(["--port", "0"], "--port"), (["--threads", "0"], "--threads"),
+                                           (["--device", "tpu"], "invalid choice")])
+def test_spe_studio_rejects_bad_options_on_one_line(args, message, capsys):
+    from apps.studio import main
+
+    assert exit_status(main, args) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("spe-studio: error: ") and message in err[0]
