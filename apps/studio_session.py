@@ -27,6 +27,7 @@ from apps.audio import AudioConfig
 from apps.cli import PRETRAINED, USER_ERRORS, load_model, seeded_generator
 from apps.generate import bar_stop, start_ids, write_piece
 from apps.sampling import Decoder, GenerationResult, SamplingConfig
+from groove import GrooveTokenizer
 from tokenization import TokenizationError
 
 logger = logging.getLogger(__name__)
@@ -219,8 +220,7 @@ class StudioSession:
         prompt = ids[:starts[bars]] if len(starts) > bars else ids
         if len(prompt) < 2:
             raise StudioError(f"{path.name} has no notes to start from")
-        is_groove = type(tokenizer).__name__ == "GrooveTokenizer"
-        return prompt, (ids if is_groove else None)
+        return prompt, (ids if isinstance(tokenizer, GrooveTokenizer) else None)
 
     @staticmethod
     def _budget(length: int, unit: str) -> int:
