@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml Makefile scripts/install_fast_transformers.sh csrc/spe_
 	$(BIN)/python -m pip install "torch==2.13.0" numpy
 	bash scripts/install_fast_transformers.sh $(VENV)
 	$(BIN)/python -m pip install --no-build-isolation --no-deps --force-reinstall ./csrc/spe_kernels
-	$(BIN)/python -m pip install -e ".[test]"
+	$(BIN)/python -m pip install --no-deps "tinysoundfont==0.3.7"
+	$(BIN)/python -m pip install -e ".[test,studio]"
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     minutes = (time.perf_counter() - start) / 60
     print(f"\ndemo done in {minutes:.1f} min. Run directory: {args.out}\n"
           f"  piece:      {song}\n  tokens:     {song.with_suffix('.txt')}\n"
-          f"  piano roll: {song.with_suffix('.png')}\n"
+          f"  piano roll: {song.with_suffix('.png')}\n  audio:      {song.with_suffix('.wav')} (.ogg beside it)\n"
           f"  training:   {Path(args.out) / 'metrics.csv'} (tensorboard --logdir {Path(args.out) / 'tb'})")
     return 0
 

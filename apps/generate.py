@@ -2,9 +2,11 @@
 
     spe-generate --checkpoint runs/pop_sine --out song.mid [--prompt intro.mid --prompt-bars 4]
                  [--tokens 3072 | --bars 32] [--top-p 0.9 --temperature 1.2 --seed 0 --no-constraints]
+                 [--num-samples 4] [--no-audio]
 
-Writes song.mid, song.txt (one token per line), song.png (piano roll) and song.wav when FluidSynth and
-a General MIDI soundfont are installed (Debian/Ubuntu: `apt-get install fluidsynth fluid-soundfont-gm`).
+Writes song.mid, song.txt (one token per line), song.png (piano roll), song.wav and song.ogg (rendered
+offline with a General MIDI SoundFont, see apps/audio.py; --no-audio skips them). With --num-samples N
+the N samples are decoded as one batch and written as song_1.mid ... song_N.mid (and their .txt, ...).
 Decoding is recurrent (O(1) per token) with one positional code drawn for prompt + new tokens; sampling
 is grammar-constrained unless --no-constraints. Defaults of the sampling options come from the
 checkpoint's `generate` config section.
@@ -14,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from apps.cli import (AtomicOutputs, OneLineParser, checkpoint_argument, load_model, resolve_device,
                       run_app, seeded_generator)
+from apps.audio import AudioConfig, render_files
 from apps.pianoroll import roll_notes, save_pianoroll
-from apps.sampling import GenerationResult, SamplingConfig, generate
+from apps.sampling import GenerationResult, SamplingConfig, generate_batch
 
 logger = logging.getLogger(__name__)
 
-SOUNDFONTS = (Path("/usr/share/sounds/sf2/FluidR3_GM.sf2"), Path("/usr/share/sounds/sf2/default-GM.sf2"))
 MIDI_SUFFIXES = (".mid", ".midi")
 BAR_CHECK_EVERY = 16  # tokens between two checks of the --bars stop condition
 
@@ -48,7 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="softmax temperature (default: config)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: config)")
     parser.add_argument("--no-constraints", action="store_true", help="do not mask ungrammatical tokens")
-    parser.add_argument("--soundfont", default=None, help="General MIDI .sf2 for the WAV rendering")
+    parser.add_argument("--num-samples", type=int, default=1,
+                        help="samples drawn in one batched decoding (default: %(default)s)")
+    parser.add_argument("--no-audio", action="store_true", help="write no .wav / .ogg")
+    parser.add_argument("--soundfont", default=None,
+                        help="General MIDI .sf2 for the audio (default: the one shipped with pretty_midi)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
@@ -63,12 +67,14 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.suffix.lower() not in MIDI_SUFFIXES:
         raise ValueError(f"--out must name a .mid file, got {out}")
-    for name in ("tokens", "bars", "prompt_bars"):
+    for name in ("tokens", "bars", "prompt_bars", "num_samples"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     if args.prompt is not None and not Path(args.prompt).is_file():
         raise ValueError(f"prompt file not found: {args.prompt}")
+    if args.soundfont is not None and not Path(args.soundfont).is_file():
+        raise ValueError(f"soundfont not found: {args.soundfont}")
     device = resolve_device(args.device)
     ckpt = load_model(args.checkpoint, device)
     defaults = ckpt.config.generate
@@ -86,14 +92,24 @@ def run(args: argparse.Namespace) -> None:
         prompt = start_ids(tokenizer)
     bars_from = len(prompt) if args.prompt is not None else 0
     stop = None if args.bars is None else bar_stop(tokenizer, bars_from, args.bars)
-    logger.info("generating up to %d tokens after a %d-token prompt (top_p=%g, temperature=%g, %s, "
-                "seed %d)", budget, len(prompt), sampling.top_p, sampling.temperature,
-                "constrained" if sampling.constrained else "unconstrained", seed)
-    result = generate(ckpt.model, tokenizer, prompt, budget, sampling,
-                      generator=seeded_generator(seed, device), progress=not args.no_progress, stop=stop)
+    logger.info("generating %d sample(s) of up to %d tokens after a %d-token prompt (top_p=%g, "
+                "temperature=%g, %s, seed %d)", args.num_samples, budget, len(prompt), sampling.top_p,
+                sampling.temperature, "constrained" if sampling.constrained else "unconstrained", seed)
+    results = generate_batch(ckpt.model, tokenizer, prompt, budget, args.num_samples, sampling,
+                             generator=seeded_generator(seed, device), progress=not args.no_progress,
+                             stop=stop)
     if args.bars is not None:
-        result = keep_bars(tokenizer, result, bars_from, args.bars)
-    write_piece(tokenizer, result, out, soundfont=args.soundfont)
+        results = [keep_bars(tokenizer, result, bars_from, args.bars) for result in results]
+    audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)
+    for path, result in zip(sample_paths(out, len(results)), results):
+        write_piece(tokenizer, result, path, audio=audio)
+
+
+def sample_paths(out: Path, count: int) -> list[Path]:
+    """`out` for one sample; out_1 .. out_N (same suffix) for several."""
+    if count == 1:
+        return [out]
+    return [out.with_name(f"{out.stem}_{i}{out.suffix}") for i in range(1, count + 1)]
 
 
 def start_ids(tokenizer: Any) -> list[int]:
@@ -127,10 +143,11 @@ def count_bars(tokenizer: Any, tokens: list[int], start: int) -> list[int]:
     return [i for i in tokenizer.bar_starts(tokens) if i >= start]
 
 
-def bar_stop(tokenizer: Any, start: int, bars: int) -> Callable[[list[int]], bool]:
-    """Stop condition: more than `bars` bars begin at or after index `start` (checked every few tokens)."""
+def bar_stop(tokenizer: Any, start: int, bars: int, every: int = BAR_CHECK_EVERY
+             ) -> Callable[[list[int]], bool]:
+    """Stop condition: more than `bars` bars begin at or after index `start` (checked every `every` tokens)."""
     def stop(tokens: list[int]) -> bool:
-        return len(tokens) % BAR_CHECK_EVERY == 0 and len(count_bars(tokenizer, tokens, start)) > bars
+        return len(tokens) % every == 0 and len(count_bars(tokenizer, tokens, start)) > bars
     return stop
 
 
@@ -157,8 +174,9 @@ def write_midi(music: Any, path: Path) -> None:
         raise TypeError(f"cannot write a {type(music).__name__} as MIDI")
 
 
-def write_piece(tokenizer: Any, result: GenerationResult, out: Path, soundfont: str | None = None) -> None:
-    """Write out (.mid), .txt, .png and, when possible, .wav; all or none of them."""
+def write_piece(tokenizer: Any, result: GenerationResult, out: Path, audio: AudioConfig | None = None
+                ) -> None:
+    """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them."""
     report = tokenizer.decode_with_report(result.tokens)
     if report.skipped:
         logger.warning("%d invalid events were skipped while decoding", report.skipped)
@@ -172,32 +190,9 @@ def write_piece(tokenizer: Any, result: GenerationResult, out: Path, soundfont: 
         text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
         outputs.temp(out.with_suffix(".txt")).write_text(text)
         save_pianoroll(report.music, outputs.temp(out.with_suffix(".png")), title, prompt_end)
-        render_wav(midi_path, out.with_suffix(".wav"), outputs, soundfont)
-
-
-def find_soundfont(explicit: str | None) -> Path | None:
-    """The --soundfont file, else a Debian General MIDI soundfont when installed."""
-    if explicit is not None:
-        if not Path(explicit).is_file():
-            raise ValueError(f"soundfont not found: {explicit}")
-        return Path(explicit)
-    return next((path for path in SOUNDFONTS if path.is_file()), None)
-
-
-def render_wav(midi: Path, wav: Path, outputs: AtomicOutputs, soundfont: str | None) -> None:
-    """Render the MIDI with FluidSynth when it and a soundfont are installed; else log a line."""
-    program = shutil.which("fluidsynth")
-    font = find_soundfont(soundfont)
-    if program is None or font is None:
-        logger.info("WAV skipped: needs `fluidsynth` and a General MIDI soundfont "
-                    "(apt-get install fluidsynth fluid-soundfont-gm)")
-        return
-    temp = outputs.temp(wav)
-    command = [program, "-ni", "-F", str(temp), "-r", "44100", str(font), str(midi)]
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
-    if completed.returncode != 0 or not temp.exists():
-        outputs.discard(wav)
-        logger.warning("WAV skipped: fluidsynth failed: %s", completed.stderr.strip()[-200:])
+        if audio is not None:
+            render_files(midi_path, outputs.temp(out.with_suffix(".wav")),
+                         outputs.temp(out.with_suffix(".ogg")), audio)
 
 
 if __name__ == "__main__":

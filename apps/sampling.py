@@ -5,14 +5,17 @@
 
 Decoding is recurrent: one positional code is drawn for the whole length (prompt + new tokens), the
 prompt is fed token by token through `model.step` (O(1) time and memory per token, whatever the
-position), then each sampled token is fed back until EOS or the token budget.
+position), then each sampled token is fed back until EOS or the token budget. `Decoder` does this for
+a batch of samples of one prompt at once (one `model.step` per position for the whole batch, one
+grammar state per sample) and can be resumed: continuing a piece only feeds the new tokens.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -20,8 +23,14 @@ import torch
 from tqdm.auto import tqdm
 
 from model import MusicPerformer
+from model.attention import LayerState
+from model.performer import GenerationState
+from model.positional import PositionalCode
 
 logger = logging.getLogger(__name__)
+
+
+StopCondition = Callable[[list[int]], bool]  # tokens so far -> end this sample now
 
 
 class GrammarDeadEnd(RuntimeError):
@@ -88,7 +97,205 @@ def check_length(model: MusicPerformer, total: int) -> None:
                          f"tokens = {total} do not fit (use fewer tokens or a shorter prompt)")
 
 
-@torch.no_grad()
+class Decoder:
+    """Resumable, batched recurrent decoding: `num_samples` continuations of one prompt.
+
+    The prompt is fed once (batch 1) and its recurrent state copied to every sample; then each call of
+    `run` samples up to n tokens for every unfinished sample in one batched `model.step` per position.
+    All samples share one positional code (the model draws one realisation per batch) and differ by
+    their draws. Each sample has its own grammar state and ends at EOS or when `stop` says so; `run` can
+    be called again to continue (the code is extended, the state kept), and `snapshot` / `restore`
+    give an undo point. `results()` drops trailing tokens of an unfinished event (constrained only).
+    """
+
+    def __init__(self, model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], num_samples: int = 1,
+                 sampling: SamplingConfig | None = None, generator: torch.Generator | None = None,
+                 capacity: int | None = None) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.sampling = SamplingConfig() if sampling is None else sampling
+        self.generator = generator
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise ValueError("generation needs a non-empty prompt (at least a start token)")
+        if num_samples < 1:
+            raise ValueError(f"the number of samples must be >= 1, got {num_samples}")
+        vocab_size = model.cfg.vocab_size
+        if tokenizer.vocab_size != vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens but the model {vocab_size}")
+        if min(prompt) < 0 or max(prompt) >= vocab_size:
+            raise ValueError(f"prompt ids must be in 0 .. {vocab_size - 1}")
+        capacity = len(prompt) + 1 if capacity is None else max(capacity, len(prompt) + 1)
+        check_length(model, capacity)
+        model.eval()
+        self.device = model.head.weight.device
+        self.prompt_len = len(prompt)
+        self._reserved = capacity  # positions reserved so far (the code's length when there is one)
+        self.code = model.draw_positional_code(capacity, generator=generator)  # one realisation for all
+        grammar = tokenizer.constraint_state() if self.sampling.constrained else None
+        with torch.no_grad():
+            state = model.init_state(1, positional_code=self.code)
+            for position, token in enumerate(prompt):
+                if grammar is not None:
+                    _check_allowed(grammar, token, tokenizer, position)
+                    grammar.advance(token)
+                logits, state = model.step(torch.tensor([token], device=self.device), state)  # (1, V)
+        self.state = repeat_state(state, num_samples)
+        self.logits = logits.expand(num_samples, -1)  # (B, V): next-token logits of every sample
+        self.grammars = None if grammar is None else [copy.deepcopy(grammar) for _ in range(num_samples)]
+        self.tokens = [list(prompt) for _ in range(num_samples)]
+        self.finished = [False] * num_samples  # ended at EOS or by a stop condition
+        self.at_eos = [False] * num_samples
+        self.complete: list[int | None] = [None] * num_samples  # longest EOS-allowed length (constrained)
+        self.seconds = 0.0  # time spent in `run` so far
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.tokens)
+
+    def reserve(self, length: int) -> None:
+        """Make the positional code (and the state) cover positions 0 .. length - 1."""
+        check_length(self.model, length)
+        self._reserved = max(self._reserved, length)
+        self.code = extend_code(self.model, self.code, length, self.generator)
+        self.state = replace(self.state, code=self.code)
+
+    @torch.no_grad()
+    def run(self, max_new_tokens: int, stop: StopCondition | Sequence[StopCondition] | None = None,
+            progress: bool = False, callback: Callable[[int, int], None] | None = None) -> None:
+        """Sample up to max_new_tokens more tokens for every sample that has not reached EOS.
+
+        `stop(tokens)` (one for all samples, or a list with one per sample) is asked after every new
+        token of a sample and ends that sample for this run when True; `callback(done, total)` is
+        called after every batched step (e.g. a progress display).
+        """
+        stops = list(stop) if isinstance(stop, Sequence) else [stop] * self.num_samples
+        if len(stops) != self.num_samples:
+            raise ValueError(f"{len(stops)} stop conditions for {self.num_samples} samples")
+        if max_new_tokens < 1:
+            raise ValueError(f"the number of new tokens must be >= 1, got {max_new_tokens}")
+        self.finished = list(self.at_eos)  # a stop condition ends a sample for one run only
+        if all(self.finished):
+            return
+        self.reserve(self.state.position + max_new_tokens)
+        start = time.perf_counter()
+        eos = self.tokenizer.eos_id
+        bar = tqdm(total=max_new_tokens, desc="generating", unit="tok", disable=not progress)
+        for step in range(max_new_tokens):
+            allowed = None
+            if self.grammars is not None:
+                allowed = torch.from_numpy(self._masks(eos)).to(self.device)  # (B, V)
+            drawn = sample_next(self.logits, self.sampling.top_p, self.sampling.temperature, allowed,
+                                self.generator).tolist()  # (B,)
+            for i, token in enumerate(drawn):
+                if self.finished[i]:
+                    continue
+                self.tokens[i].append(token)
+                if token == eos:
+                    self.finished[i] = self.at_eos[i] = True
+                    continue
+                if self.grammars is not None:
+                    self.grammars[i].advance(token)
+                if stops[i] is not None and stops[i](self.tokens[i]):
+                    self.finished[i] = True
+            bar.update(1)
+            if callback is not None:
+                callback(step + 1, max_new_tokens)
+            if all(self.finished):
+                break
+            feed = torch.tensor([t[-1] for t in self.tokens], device=self.device)  # (B,)
+            self.logits, self.state = self.model.step(feed, self.state)  # (B, V)
+        bar.close()
+        self.seconds += time.perf_counter() - start
+
+    def _masks(self, eos: int) -> np.ndarray:
+        """(B, V) allowed tokens; finished samples allow everything (their draw is ignored)."""
+        masks = np.ones((self.num_samples, self.model.cfg.vocab_size), dtype=bool)
+        for i, grammar in enumerate(self.grammars):
+            if not self.finished[i]:
+                masks[i] = np.asarray(grammar.allowed(), dtype=bool)
+                if masks[i, eos]:
+                    self.complete[i] = len(self.tokens[i])
+        return masks
+
+    def results(self) -> list[GenerationResult]:
+        """One result per sample, without the tokens of an event left unfinished (constrained)."""
+        eos = self.tokenizer.eos_id
+        out = []
+        for i, tokens in enumerate(self.tokens):
+            if self.grammars is not None and not self.at_eos[i]:
+                complete = len(tokens) if self.grammars[i].allowed()[eos] else self.complete[i]
+                if complete is not None and self.prompt_len <= complete < len(tokens):
+                    logger.info("dropped %d trailing tokens of an unfinished event", len(tokens) - complete)
+                    tokens = tokens[:complete]
+            out.append(GenerationResult(tokens=list(tokens), prompt_len=self.prompt_len,
+                                        stopped_at_eos=self.at_eos[i], seconds=self.seconds,
+                                        code_length=self.code_length))
+        return out
+
+    @property
+    def code_length(self) -> int:
+        """Positions the positional code covers (for codeless encodings: those reserved so far)."""
+        return self.code.length if self.code is not None else self._reserved
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything `run` changes (tensors are never modified in place, so they are shared)."""
+        return {"state": self.state, "code": self.code, "logits": self.logits,
+                "grammars": copy.deepcopy(self.grammars), "tokens": [list(t) for t in self.tokens],
+                "finished": list(self.finished), "at_eos": list(self.at_eos),
+                "complete": list(self.complete), "seconds": self.seconds, "_reserved": self._reserved}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Go back to a `snapshot` of this decoder."""
+        snapshot = dict(snapshot, grammars=copy.deepcopy(snapshot["grammars"]),
+                        tokens=[list(t) for t in snapshot["tokens"]])
+        for name, value in snapshot.items():
+            setattr(self, name, value)
+
+
+def repeat_state(state: GenerationState, batch: int) -> GenerationState:
+    """A batch-1 recurrent state copied to `batch` rows."""
+    layers = [LayerState(kv=layer.kv.repeat(batch, 1, 1, 1),  # (B, H, M, D + 1)
+                         offset=layer.offset.repeat(batch, 1, 1, 1))  # (B, H, 1, 1)
+              for layer in state.layers]
+    return GenerationState(position=state.position, code=state.code, layers=layers)
+
+
+def extend_code(model: MusicPerformer, code: PositionalCode | None, length: int,
+                generator: torch.Generator | None = None) -> PositionalCode | None:
+    """The same realisation covering `length` positions: positions already covered are unchanged.
+
+    sineSPE noise does not depend on the length; convSPE noise gets fresh i.i.d. samples appended
+    along its time axis (position m's code reads noise m .. m + kernel_size - 1).
+    """
+    if code is None or code.length >= length:
+        return code
+    noises = code.noises
+    if model.cfg.pe == "conv_spe":
+        extra = length - code.length
+        noises = [torch.cat([noise, torch.randn(*noise.shape[:-1], extra, generator=generator,
+                                                device=noise.device, dtype=noise.dtype)], dim=-1)
+                  for noise in noises]  # (R, H*D, length + P - 1) each
+    return PositionalCode(noises=noises, gate_noises=code.gate_noises, length=length)
+
+
+def generate_batch(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_new_tokens: int,
+                   num_samples: int = 1, sampling: SamplingConfig | None = None,
+                   generator: torch.Generator | None = None, progress: bool = False,
+                   stop: Callable[[list[int]], bool] | None = None) -> list[GenerationResult]:
+    """`num_samples` continuations of `prompt` by up to max_new_tokens ids each, decoded as one batch."""
+    if max_new_tokens < 1:
+        raise ValueError(f"the number of new tokens must be >= 1, got {max_new_tokens}")
+    decoder = Decoder(model, tokenizer, prompt, num_samples, sampling, generator,
+                      capacity=len(prompt) + max_new_tokens)
+    decoder.run(max_new_tokens, stop=stop, progress=progress)
+    results = decoder.results()
+    for result in results:
+        new = len(result.generated)
+        logger.info("generated %d tokens in %.1f s (%.1f tokens/s per sample)%s", new, result.seconds,
+                    new / max(result.seconds, 1e-9), ", stopped at EOS" if result.stopped_at_eos else "")
+    return results
+
+
 def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_new_tokens: int,
              sampling: SamplingConfig | None = None,
              generator: torch.Generator | None = None, progress: bool = False,
@@ -100,67 +307,8 @@ def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_n
     without its velocity and duration) are dropped. The model is put in eval mode; `generator`
     drives both the positional code and the draws.
     """
-    sampling = SamplingConfig() if sampling is None else sampling
-    prompt = [int(t) for t in prompt]
-    if not prompt:
-        raise ValueError("generation needs a non-empty prompt (at least a start token)")
-    if max_new_tokens < 1:
-        raise ValueError(f"the number of new tokens must be >= 1, got {max_new_tokens}")
-    vocab_size = model.cfg.vocab_size
-    if tokenizer.vocab_size != vocab_size:
-        raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens but the model {vocab_size}")
-    if min(prompt) < 0 or max(prompt) >= vocab_size:
-        raise ValueError(f"prompt ids must be in 0 .. {vocab_size - 1}")
-    total = len(prompt) + max_new_tokens
-    check_length(model, total)
-    model.eval()
-    device = model.head.weight.device
-    code = model.draw_positional_code(total, generator=generator)  # one realisation for everything
-    state = model.init_state(1, positional_code=code)
-    grammar = tokenizer.constraint_state() if sampling.constrained else None
-
-    start = time.perf_counter()
-    tokens = list(prompt)
-    for position, token in enumerate(prompt):
-        if grammar is not None:
-            _check_allowed(grammar, token, tokenizer, position)
-            grammar.advance(token)
-        logits, state = model.step(torch.tensor([token], device=device), state)  # (1, V)
-
-    eos = tokenizer.eos_id
-    stopped_at_eos = False
-    complete = None  # longest length after which the grammar allows EOS (no unfinished event)
-    bar = tqdm(total=max_new_tokens, desc="generating", unit="tok", disable=not progress)
-    for _ in range(max_new_tokens):
-        allowed = None
-        if grammar is not None:
-            mask = np.asarray(grammar.allowed(), dtype=bool)  # (V,)
-            complete = len(tokens) if mask[eos] else complete
-            allowed = torch.from_numpy(mask)[None].to(device)  # (1, V)
-        token = int(sample_next(logits, sampling.top_p, sampling.temperature, allowed, generator))
-        tokens.append(token)
-        bar.update(1)
-        if token == eos:
-            stopped_at_eos = True
-            break
-        if grammar is not None:
-            grammar.advance(token)
-        if stop is not None and stop(tokens):
-            break
-        if len(tokens) < total:
-            logits, state = model.step(torch.tensor([token], device=device), state)
-    bar.close()
-    if grammar is not None and not stopped_at_eos:
-        complete = len(tokens) if grammar.allowed()[eos] else complete
-        if complete is not None and len(prompt) <= complete < len(tokens):
-            logger.info("dropped %d trailing tokens of an unfinished event", len(tokens) - complete)
-            tokens = tokens[:complete]
-    seconds = time.perf_counter() - start
-    new = len(tokens) - len(prompt)
-    logger.info("generated %d tokens in %.1f s (%.1f tokens/s)%s", new, seconds,
-                new / max(seconds, 1e-9), ", stopped at EOS" if stopped_at_eos else "")
-    return GenerationResult(tokens=tokens, prompt_len=len(prompt), stopped_at_eos=stopped_at_eos,
-                            seconds=seconds, code_length=total)
+    return generate_batch(model, tokenizer, prompt, max_new_tokens, 1, sampling, generator, progress,
+                          stop)[0]
 
 
 def _check_allowed(grammar: Any, token: int, tokenizer: Any, position: int) -> None:

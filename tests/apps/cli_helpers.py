@@ -1,5 +1,15 @@
 """Helpers shared by the command-line tests."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from apps.checkpoint import save_checkpoint
+from apps.config import RunConfig
+from model import MusicPerformer
+
 
 def exit_status(main, args) -> int:
     """Exit status of a command's main(), counting argparse's own usage errors (SystemExit)."""
@@ -7,3 +17,26 @@ def exit_status(main, args) -> int:
         return main(args)
     except SystemExit as exit:
         return exit.code
+
+
+def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", max_len: int = 256, tokens: int = 40,
+              data: dict | None = None, always: str | None = None) -> Path:
+    """A random-weight 2-layer model saved as a checkpoint of run_dir; returns run_dir.
+
+    always: a token the model then predicts with certainty, whatever the input.
+    """
+    model = {"n_layer": 2, "n_head": 2, "d_model": 16, "d_ff": 32, "dropout": 0.0, "pe": pe,
+             "num_realizations": 8, "num_sines": 2, "kernel_size": 8, "feature_dims": 16,
+             "attention": "torch", "max_len": max_len}
+    config = RunConfig.from_dict({"model": model, "data": data or {"crop_len": 32},
+                                  "generate": {"tokens": tokens}})
+    torch.manual_seed(0)
+    network = MusicPerformer(config.model_config(tokenizer.vocab_size))
+    if always is not None:
+        with torch.no_grad():
+            network.ln_f.weight.zero_()
+            network.ln_f.bias.fill_(1.0)
+            network.head.weight.zero_()
+            network.head.weight[tokenizer.vocab[always]] = 10.0
+    save_checkpoint(run_dir, model=network, tokenizer=tokenizer, config=config, step=3)
+    return run_dir

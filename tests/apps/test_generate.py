@@ -2,47 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 import miditoolkit
+import numpy as np
 import pytest
-import torch
 
-from apps.checkpoint import save_checkpoint
-from apps.config import RunConfig
+from apps.audio import AudioConfig, read_wav, tick_to_seconds
 from apps.generate import main
 from groove import GrooveTokenizer
-from model import MusicPerformer
 from remi import REMITokenizer
-from cli_helpers import exit_status
+from cli_helpers import exit_status, save_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-
-
-def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", max_len: int = 256, tokens: int = 40,
-              data: dict | None = None, always: str | None = None) -> Path:
-    """A random-weight 2-layer model saved as a checkpoint of run_dir; returns run_dir.
-
-    always: a token the model then predicts with certainty, whatever the input.
-    """
-    model = {"n_layer": 2, "n_head": 2, "d_model": 16, "d_ff": 32, "dropout": 0.0, "pe": pe,
-             "num_realizations": 8, "num_sines": 2, "kernel_size": 8, "feature_dims": 16,
-             "attention": "torch", "max_len": max_len}
-    config = RunConfig.from_dict({"model": model, "data": data or {"crop_len": 32},
-                                  "generate": {"tokens": tokens}})
-    torch.manual_seed(0)
-    network = MusicPerformer(config.model_config(tokenizer.vocab_size))
-    if always is not None:
-        with torch.no_grad():
-            network.ln_f.weight.zero_()
-            network.ln_f.bias.fill_(1.0)
-            network.head.weight.zero_()
-            network.head.weight[tokenizer.vocab[always]] = 10.0
-    save_checkpoint(run_dir, model=network, tokenizer=tokenizer, config=config, step=3)
-    return run_dir
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +43,8 @@ def test_generation_writes_midi_tokens_and_pianoroll(remi_run, remi, tmp_path):
     out = tmp_path / "song.mid"
     assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "40", "--seed", "1",
                  "--no-progress"]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["song.mid", "song.png", "song.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["song.mid", "song.ogg", "song.png", "song.txt",
+                                                           "song.wav"]
     assert (tmp_path / "song.png").read_bytes()[:8] == PNG_MAGIC
     tokens = read_tokens(tmp_path / "song.txt")
     assert tokens[0] == "Bar_None" and 2 <= len(tokens) <= 41
@@ -125,25 +99,47 @@ def test_groove_checkpoint_writes_midi_via_muspy(tmp_path):
     assert (tmp_path / "groove.png").read_bytes()[:8] == PNG_MAGIC
 
 
-def test_wav_is_rendered_when_fluidsynth_is_found(remi_run, tmp_path, monkeypatch):
-    """A stand-in `fluidsynth` on PATH checks the wiring (arguments, temp file, rename)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "fluidsynth"
-    fake.write_text('#!/bin/sh\nwhile [ "$1" != "-F" ]; do shift; done\nprintf RIFF > "$2"\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    soundfont = tmp_path / "gm.sf2"
-    soundfont.write_bytes(b"sf2")
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+def test_audio_lasts_as_long_as_the_midi(remi, chorale_midi, tmp_path):
+    run = save_tiny(tmp_path / "run", remi)
     out = tmp_path / "out" / "song.mid"
+    assert main(["--checkpoint", str(run), "--out", str(out), "--prompt", str(chorale_midi), "--prompt-bars", "2",
+                 "--tokens", "10", "--no-progress"]) == 0
+    midi = miditoolkit.MidiFile(str(out))
+    end = max(n.end for inst in midi.instruments for n in inst.notes)
+    seconds = float(tick_to_seconds(midi, np.array([end]))[0])
+    audio, rate = read_wav(out.with_suffix(".wav"))
+    assert rate == AudioConfig().sample_rate and audio.shape[1] == 2
+    assert len(audio) / rate == pytest.approx(seconds + AudioConfig().tail_seconds, abs=0.01)
+    assert np.sqrt(np.mean(np.square(audio))) == pytest.approx(0.1, rel=0.05)  # -20 dBFS RMS
+    assert out.with_suffix(".ogg").read_bytes()[:4] == b"OggS"
+
+
+def test_no_audio(remi_run, tmp_path):
+    out = tmp_path / "song.mid"
     assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress",
-                 "--soundfont", str(soundfont)]) == 0
-    assert (out.parent / "song.wav").read_bytes() == b"RIFF"
-    assert sorted(p.name for p in out.parent.iterdir()) == ["song.mid", "song.png", "song.txt", "song.wav"]
+                 "--no-audio"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["song.mid", "song.png", "song.txt"]
+
+
+def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
+    out = tmp_path / "song.mid"
+    assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "30", "--seed", "3",
+                 "--no-progress", "--no-audio", "--num-samples", "3"]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(f"song_{i}{suffix}" for i in (1, 2, 3) for suffix in (".mid", ".png", ".txt"))
+    pieces = [read_tokens(tmp_path / f"song_{i}.txt") for i in (1, 2, 3)]
+    assert len({tuple(p) for p in pieces}) == 3  # independent draws
+    for tokens in pieces:
+        assert tokens[0] == "Bar_None" and len(tokens) <= 31
+        state = remi.constraint_state()
+        for token in remi.strings_to_ids(tokens):
+            assert state.allowed()[token], remi.vocab.token(token)
+            state.advance(token)
 
 
 @pytest.mark.parametrize("case", ["missing_checkpoint", "not_a_checkpoint", "missing_prompt", "bad_prompt",
-                                  "bad_out", "zero_tokens", "too_long", "bad_option"])
+                                  "bad_out", "zero_tokens", "too_long", "bad_option", "zero_samples",
+                                  "missing_soundfont"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -167,6 +163,10 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
         args[5] = "30"
     elif case == "bad_option":
         args += ["--top-p", "lots"]
+    elif case == "zero_samples":
+        args += ["--num-samples", "0"]
+    elif case == "missing_soundfont":
+        args += ["--soundfont", str(tmp_path / "gm.sf2")]
     assert exit_status(main, args) != 0
     message = assert_one_error_line(capsys)
     if case == "too_long":

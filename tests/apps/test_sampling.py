@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from apps.sampling import (GrammarDeadEnd, SamplingConfig, check_length, generate, sample_next,
-                           sampling_probabilities)
+from apps.sampling import (Decoder, GrammarDeadEnd, SamplingConfig, check_length, extend_code, generate,
+                           generate_batch, sample_next, sampling_probabilities)
 from model import ModelConfig, MusicPerformer
 from remi import REMITokenizer
 
@@ -159,3 +159,94 @@ def test_bad_requests(tokenizer):
     other = tiny_model(tokenizer.vocab_size + 3)
     with pytest.raises(ValueError, match="tokens"):
         generate(other, tokenizer, [tokenizer.bar_id], 5)
+
+
+# ------------------------------------------------------------------------ batched decoding
+def test_batched_samples_are_grammatical_and_match_a_parallel_forward(tokenizer):
+    """Each row of the batched recurrent state is that sample's own: the decoder's next-token logits
+    equal a parallel forward over the sample's tokens with the same positional code."""
+    model = tiny_model(tokenizer.vocab_size)
+    prompt = [tokenizer.bar_id, tokenizer.vocab["Beat_0"]]
+    decoder = Decoder(model, tokenizer, prompt, num_samples=3, sampling=SamplingConfig(top_p=1.0),
+                      generator=torch.Generator().manual_seed(5), capacity=40)
+    decoder.run(30)
+    assert len({tuple(t) for t in decoder.tokens}) == 3
+    for i, tokens in enumerate(decoder.tokens):
+        if decoder.at_eos[i]:
+            continue
+        with torch.no_grad():
+            logits = model(torch.tensor([tokens]), positional_code=decoder.code)[0, -1]  # (V,)
+        assert torch.allclose(decoder.logits[i], logits, atol=1e-4)
+    for result in decoder.results():
+        state = tokenizer.constraint_state()
+        for token in result.tokens:
+            assert state.allowed()[token], tokenizer.vocab.token(token)
+            state.advance(token)
+        assert tokenizer.decode_with_report(result.tokens).skipped == 0
+
+
+def test_a_batch_of_one_is_plain_generation(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    single = generate(model, tokenizer, [tokenizer.bar_id], 25, generator=torch.Generator().manual_seed(2))
+    batch = generate_batch(model, tokenizer, [tokenizer.bar_id], 25, 1,
+                           generator=torch.Generator().manual_seed(2))
+    assert batch[0].tokens == single.tokens
+
+
+@pytest.mark.parametrize("pe", ["sine_spe", "conv_spe", "rope"])
+def test_continuing_keeps_the_state_and_undo_restores_it(tokenizer, pe):
+    model = tiny_model(tokenizer.vocab_size, pe=pe)
+    decoder = Decoder(model, tokenizer, [tokenizer.bar_id], num_samples=2,
+                      sampling=SamplingConfig(constrained=False), generator=torch.Generator().manual_seed(0),
+                      capacity=11)
+    decoder.run(10)
+    before = [list(t) for t in decoder.tokens]
+    snapshot = decoder.snapshot()
+    decoder.run(15)  # beyond the code drawn at first: it is extended
+    assert decoder.code_length >= 26
+    for old, new in zip(before, decoder.tokens):
+        assert new[:len(old)] == old
+    for i, tokens in enumerate(decoder.tokens):  # the state still matches the whole sequence
+        if not decoder.at_eos[i]:
+            with torch.no_grad():
+                logits = model(torch.tensor([tokens]), positional_code=decoder.code)[0, -1]
+            assert torch.allclose(decoder.logits[i], logits, atol=1e-4)
+    decoder.restore(snapshot)
+    assert decoder.tokens == before and decoder.state.position == snapshot["state"].position
+
+
+def test_resuming_equals_one_run(tokenizer):
+    """sineSPE codes do not depend on the length: 10 + 10 tokens are the same draws as 20."""
+    model = tiny_model(tokenizer.vocab_size)
+    sampling = SamplingConfig(constrained=False)
+    once = Decoder(model, tokenizer, [tokenizer.bar_id], 2, sampling, torch.Generator().manual_seed(4), 21)
+    once.run(20)
+    twice = Decoder(model, tokenizer, [tokenizer.bar_id], 2, sampling, torch.Generator().manual_seed(4), 11)
+    twice.run(10)
+    twice.run(10)
+    assert once.tokens == twice.tokens
+
+
+def test_extended_conv_code_keeps_the_covered_positions(tokenizer):
+    model = tiny_model(tokenizer.vocab_size, pe="conv_spe")
+    code = model.draw_positional_code(20, generator=torch.Generator().manual_seed(0))
+    longer = extend_code(model, code, 50, torch.Generator().manual_seed(1))
+    assert longer.length == 50
+    spe = model.pe.spes[0]
+    short_q, short_k = spe.codes(code.noises[0], 0, 20)
+    long_q, long_k = spe.codes(longer.noises[0], 0, 50)
+    assert torch.allclose(short_q, long_q[:, :20], atol=1e-5) and torch.allclose(short_k, long_k[:, :20], atol=1e-5)
+    assert extend_code(model, code, 10) is code
+
+
+def test_per_sample_stop_conditions(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    decoder = Decoder(model, tokenizer, [tokenizer.bar_id], 2, SamplingConfig(constrained=False),
+                      torch.Generator().manual_seed(0))
+    decoder.run(20, stop=[lambda t: len(t) >= 5, lambda t: len(t) >= 9])
+    lengths = [len(t) for t in decoder.tokens]
+    assert [n == limit or eos for n, limit, eos in zip(lengths, (5, 9), decoder.at_eos)] == [True, True]
+    with pytest.raises(ValueError, match="stop conditions"):
+        decoder.run(5, stop=[None])
+    with pytest.raises(ValueError, match="samples"):
+        Decoder(model, tokenizer, [tokenizer.bar_id], 0)

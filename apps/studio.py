@@ -1,0 +1,196 @@
+"""spe-studio: a local web page to generate, hear, continue and download pieces (gradio).
+
+    spe-studio [--port 7860] [--host 127.0.0.1] [--runs runs/] [--device cpu]
+
+Choose a model (the shipped `pretrained/` one or a run directory), optionally upload a MIDI prompt, set
+the length (bars or tokens), temperature, top-p, seed and number of samples, press Generate: the page
+shows the progress, then the piano roll, an audio player and the files (MIDI, WAV, OGG, tokens) of the
+selected sample. Continue extends every sample (only the new tokens are decoded), Undo goes back one
+step. With a groove model and an uploaded band MIDI, the style similarity of each quarter of the
+continuation to the uploaded piece is shown. It listens on 127.0.0.1 only unless --host says otherwise.
+The work is done by `apps.studio_session`; this module is the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Sequence
+
+from apps.cli import OneLineParser, resolve_device, run_app
+from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, Request, StudioError,
+                                 StudioSession, View, model_choices)
+
+logger = logging.getLogger(__name__)
+
+SIMILARITY_HEADERS = ["sample", "metric", "Q1", "Q2", "Q3", "Q4"]
+
+
+class Studio:
+    """The page's callbacks over per-browser `StudioSession`s (kept in a gr.State)."""
+
+    def __init__(self, workdir: Path, device: str = "cpu", threads: int = 1) -> None:
+        self.workdir = workdir
+        self.device = device
+        self.threads = threads
+
+    def session(self, state: StudioSession | None) -> StudioSession:
+        if state is not None:
+            return state
+        return StudioSession(self.workdir / uuid.uuid4().hex[:12], self.device, self.threads)
+
+    def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
+                 progress: Any = None) -> list[Any]:
+        session = self.session(state)
+        request = Request(model=model, prompt=prompt, prompt_bars=int(prompt_bars or 1),
+                          length=int(length or 0), unit=unit, temperature=float(temperature),
+                          top_p=float(top_p), seed=int(seed or 0), num_samples=int(samples))
+        return self._act(session, lambda: session.generate(request, _progress(progress)))
+
+    def continue_(self, state, length, unit, progress: Any = None) -> list[Any]:
+        session = self.session(state)
+        return self._act(session, lambda: session.continue_(int(length or 0), unit, _progress(progress)))
+
+    def undo(self, state) -> list[Any]:
+        session = self.session(state)
+        return self._act(session, session.undo)
+
+    def show(self, state, sample) -> list[Any]:
+        """The selected sample of the current view."""
+        session = self.session(state)
+        if not session.history:
+            return _unchanged(session, "")[2:]
+        return _outputs(session, session.history[-1].view, int(sample or 1))[2:]
+
+    @staticmethod
+    def _act(session: StudioSession, action) -> list[Any]:
+        try:
+            view = action()
+        except StudioError as error:
+            logger.info("studio: %s", error)
+            return _unchanged(session, f"**Error:** {error}")
+        return _outputs(session, view, 1)
+
+
+def _progress(progress: Any):
+    if progress is None:
+        return None
+    return lambda fraction, description: progress(fraction, desc=description)
+
+
+def _outputs(session: StudioSession, view: View, sample: int) -> list[Any]:
+    """[state, status, sample choice, piano roll, audio, downloads, similarity table]."""
+    import gradio as gr
+
+    sample = min(max(sample, 1), len(view.samples))
+    files = view.samples[sample - 1]
+    choices = [str(i + 1) for i in range(len(view.samples))]
+    return [session, view.status, gr.update(choices=choices, value=str(sample)), str(files.pianoroll),
+            str(files.wav) if files.wav else None, files.downloads(),
+            gr.update(value=view.similarity or None, visible=bool(view.similarity))]
+
+
+def _unchanged(session: StudioSession, status: str) -> list[Any]:
+    import gradio as gr
+
+    return [session, status] + [gr.update() for _ in range(5)]
+
+
+def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", threads: int = 1) -> Any:
+    """The gradio Blocks of the studio (not launched)."""
+    import gradio as gr
+
+    studio = Studio(workdir, device, threads)
+    choices = model_choices(list(runs))
+    with gr.Blocks(title="SPE studio") as app:
+        gr.Markdown("# SPE studio\nGenerate music with a Performer + stochastic positional encoding model, "
+                    "listen, continue, download.")
+        state = gr.State(None)
+        with gr.Row():
+            with gr.Column(scale=1):
+                model = gr.Dropdown(choices=choices, value=choices[0] if choices else None,
+                                    allow_custom_value=True, label="Model (shipped, or a run directory)")
+                prompt = gr.File(label=f"MIDI prompt (optional, up to {MAX_UPLOAD_BYTES // 2**20} MiB)",
+                                 file_types=[".mid", ".midi"], type="filepath", height=110, elem_id="prompt")
+                prompt_bars = gr.Slider(1, 32, value=4, step=1, label="Prompt bars kept", elem_id="prompt_bars")
+                with gr.Row():
+                    length = gr.Number(value=4, precision=0, label="Length", elem_id="length")
+                    unit = gr.Radio(list(UNITS), value="bars", label="Unit", elem_id="unit")
+                temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.05, label="Temperature")
+                top_p = gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Top-p")
+                with gr.Row():
+                    seed = gr.Number(value=0, precision=0, label="Seed")
+                    samples = gr.Slider(1, MAX_SAMPLES, value=1, step=1, label="Samples", elem_id="samples")
+                with gr.Row():
+                    generate = gr.Button("Generate", variant="primary", elem_id="generate")
+                    extend = gr.Button("Continue", elem_id="continue")
+                    undo = gr.Button("Undo", elem_id="undo")
+            with gr.Column(scale=2):
+                status = gr.Markdown("Choose a model and press Generate.", elem_id="status")
+                sample = gr.Radio(["1"], value="1", label="Sample")
+                roll = gr.Image(type="filepath", label="Piano roll", interactive=False, height=330)
+                audio = gr.Audio(type="filepath", label="Audio", interactive=False, elem_id="audio")
+                downloads = gr.File(file_count="multiple", label="Downloads (MIDI, WAV, OGG, tokens)",
+                                    interactive=False, height=170)
+                similarity = gr.Dataframe(headers=SIMILARITY_HEADERS, visible=False, interactive=False,
+                                          label="Style similarity of the continuation's quarters to the prompt piece")
+        outputs = [state, status, sample, roll, audio, downloads, similarity]
+
+        def on_generate(st, m, p, pb, n, u, t, tp, s, k, progress=gr.Progress()):
+            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, progress)
+
+        def on_continue(st, n, u, progress=gr.Progress()):
+            return studio.continue_(st, n, u, progress)
+
+        generate.click(on_generate, [state, model, prompt, prompt_bars, length, unit, temperature, top_p,
+                                     seed, samples], outputs)
+        extend.click(on_continue, [state, length, unit], outputs)
+        undo.click(studio.undo, [state], outputs)
+        sample.input(studio.show, [state, sample], outputs[2:])
+    return app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="spe-studio", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=7860, help="port (default: %(default)s)")
+    parser.add_argument("--runs", action="append", default=None,
+                        help="folder of run directories (or a run directory) offered as models; "
+                             "repeatable (default: runs/ in the current folder)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="where to run the models (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads per generation; small models decode fastest with 1 "
+                             "(default: %(default)s)")
+    parser.add_argument("--workdir", default=None,
+                        help="where generated files go (default: a new temporary folder)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script spe-studio; serves until interrupted, returns the exit status."""
+    args = build_parser().parse_args(argv)
+    return run_app("spe-studio", lambda: serve(args))
+
+
+def serve(args: argparse.Namespace) -> None:
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1 .. 65535, got {args.port}")
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    device = str(resolve_device(args.device))
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="spe-studio-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    runs = [Path(r) for r in (args.runs or ["runs"])]
+    app = build_app(workdir, runs, device, args.threads)
+    logger.info("spe-studio: files go to %s", workdir)
+    app.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port,
+                                                  allowed_paths=[str(workdir)], max_file_size="50mb",
+                                                  inbrowser=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

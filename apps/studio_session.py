@@ -1,0 +1,295 @@
+"""What the studio does, without any web page: load a model, generate, continue, undo, render files.
+
+`apps.studio` wires these to gradio; tests call them directly. One `StudioSession` is one person's
+work: the model in use, a resumable batched `Decoder` (continuing a piece only feeds the new tokens)
+and an undo history of decoder snapshots with the files each step produced.
+
+    session = StudioSession(workdir)
+    view = session.generate(Request(model="pretrained", prompt=None, length=2, unit="bars"))
+    view = session.continue_(length=2, unit="bars")      # extends every sample of the last result
+    view = session.undo()                                 # back to the previous result
+
+User mistakes (a bad upload, an unknown model, impossible settings) raise `StudioError` with a
+one-line message that the page shows; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from apps.audio import AudioConfig
+from apps.cli import PRETRAINED, USER_ERRORS, load_model, seeded_generator
+from apps.generate import bar_stop, start_ids, write_piece
+from apps.sampling import Decoder, GenerationResult, SamplingConfig
+from groove import GrooveTokenizer
+from tokenization import TokenizationError
+
+logger = logging.getLogger(__name__)
+
+SHIPPED = "pretrained (shipped)"  # the model choice naming the repository's pretrained/ model
+MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # larger MIDI prompts are refused (a song is ~50 KB)
+MAX_SAMPLES = 4  # samples drawn at once
+MAX_TOKENS = 4096  # tokens one generate / continue may add per sample
+MAX_BARS = 64  # bars one generate / continue may add
+TOKENS_PER_BAR = 256  # token budget per requested bar (a dense piano bar takes ~50-200 REMI tokens)
+UNITS = ("bars", "tokens")
+
+Progress = Callable[[float, str], None]  # (fraction done, description)
+
+
+class StudioError(ValueError):
+    """A user mistake, shown as a message in the page."""
+
+
+@dataclass
+class Request:
+    model: str = SHIPPED  # SHIPPED or a run / checkpoint directory
+    prompt: str | None = None  # uploaded MIDI file, or None to start from nothing
+    prompt_bars: int = 4  # bars of the prompt kept
+    length: int = 4  # how much to generate, in `unit`
+    unit: str = "bars"  # "bars" or "tokens"
+    temperature: float = 1.0  # softmax temperature
+    top_p: float = 0.9  # nucleus mass
+    seed: int = 0  # drives the positional code and the draws
+    num_samples: int = 1  # samples decoded as one batch
+    audio: bool = True  # render .wav / .ogg
+
+
+@dataclass
+class SampleFiles:
+    midi: Path  # the decoded piece
+    tokens: Path  # one token per line
+    pianoroll: Path  # PNG
+    wav: Path | None  # rendered audio (None without audio)
+    ogg: Path | None  # compressed audio
+    new_tokens: int  # tokens after the prompt
+    at_eos: bool  # the sample ended with EOS (it cannot be continued)
+
+    def downloads(self) -> list[str]:
+        return [str(p) for p in (self.midi, self.wav, self.ogg, self.tokens) if p is not None]
+
+
+@dataclass
+class View:
+    """What the page shows after an action."""
+
+    status: str  # one line of markdown
+    samples: list[SampleFiles] = field(default_factory=list)  # one per sample
+    similarity: list[list[Any]] = field(default_factory=list)  # groove: [sample, metric, Q1..Q4] rows
+    take: int = 0  # number of steps in the history (0: nothing yet)
+
+
+@dataclass
+class Step:
+    snapshot: dict[str, Any]  # decoder state after this step
+    view: View  # what it produced
+
+
+def model_path(choice: str | None) -> Path:
+    """The directory a model choice names (SHIPPED: the repository's pretrained/)."""
+    if choice is None or not str(choice).strip() or choice == SHIPPED:
+        return PRETRAINED
+    path = Path(str(choice).strip()).expanduser()
+    if not path.exists():
+        raise StudioError(f"model not found: {path}")
+    return path
+
+
+def model_choices(search: list[Path]) -> list[str]:
+    """SHIPPED (when present) and every run directory with a checkpoint under the `search` folders."""
+    choices = [SHIPPED] if (PRETRAINED / "meta.json").is_file() else []
+    for root in search:
+        if (root / "checkpoints" / "latest").is_file():
+            choices.append(str(root))
+        elif root.is_dir():
+            choices += [str(p.parent.parent) for p in sorted(root.glob("*/checkpoints/latest"))]
+    return list(dict.fromkeys(choices))
+
+
+def check_upload(path: str | Path | None) -> Path | None:
+    """The uploaded prompt file, checked for presence, size and MIDI header."""
+    if path is None:
+        return None
+    path = Path(path)
+    if not path.is_file():
+        raise StudioError("the uploaded file is gone: upload it again")
+    size = path.stat().st_size
+    if size == 0:
+        raise StudioError(f"{path.name} is empty: upload a MIDI file (.mid)")
+    if size > MAX_UPLOAD_BYTES:
+        raise StudioError(f"{path.name} is {size / 2**20:.1f} MiB: prompts up to "
+                          f"{MAX_UPLOAD_BYTES // 2**20} MiB are accepted")
+    with path.open("rb") as handle:
+        if handle.read(4) != b"MThd":
+            raise StudioError(f"{path.name} is not a MIDI file (it does not start with 'MThd')")
+    return path
+
+
+class StudioSession:
+    """One person's studio state (see the module docstring)."""
+
+    def __init__(self, workdir: str | Path, device: str = "cpu", threads: int = 1) -> None:
+        self.workdir = Path(workdir)
+        self.device = torch.device(device)
+        self.threads = threads  # torch CPU threads of the calling thread (set per action: web servers
+        # run callbacks in worker threads, which do not inherit the main thread's setting)
+        self.checkpoints: dict[Path, Any] = {}  # loaded models by directory
+        self.decoder: Decoder | None = None
+        self.ckpt: Any = None  # checkpoint of the current piece
+        self.request: Request | None = None  # settings of the current piece
+        self.reference: list[int] | None = None  # groove: the uploaded piece's ids (similarity reference)
+        self.history: list[Step] = []
+        self.takes = 0  # steps ever made (names of output folders)
+
+    # ------------------------------------------------------------------------------ actions
+    def generate(self, request: Request, progress: Progress | None = None) -> View:
+        """A new piece (N samples) from the request; the history starts again."""
+        torch.set_num_threads(self.threads)
+        _check_settings(request.length, request.unit, request.num_samples)
+        try:
+            sampling = SamplingConfig(top_p=float(request.top_p), temperature=float(request.temperature))
+        except ValueError as error:
+            raise StudioError(str(error)) from None
+        prompt_file = check_upload(request.prompt)
+        ckpt = self._load(model_path(request.model))
+        tokenizer = ckpt.tokenizer
+        reference = None
+        if prompt_file is None:
+            prompt = start_ids(tokenizer)
+        else:
+            prompt, reference = self._prompt(tokenizer, prompt_file, int(request.prompt_bars))
+        budget = self._budget(request.length, request.unit)
+        generator = seeded_generator(int(request.seed), self.device)
+        try:
+            decoder = Decoder(ckpt.model, tokenizer, prompt, int(request.num_samples), sampling, generator,
+                              capacity=len(prompt) + budget)
+        except ValueError as error:
+            raise StudioError(str(error)) from None
+        self.decoder, self.ckpt, self.request, self.reference = decoder, ckpt, request, reference
+        self.history = []
+        return self._extend(request.length, request.unit, progress, "generated")
+
+    def continue_(self, length: int, unit: str = "bars", progress: Progress | None = None) -> View:
+        """Extend every sample of the current piece (the recurrent state is kept: only new tokens cost)."""
+        if self.decoder is None:
+            raise StudioError("nothing to continue yet: press Generate first")
+        torch.set_num_threads(self.threads)
+        _check_settings(length, unit, 1)
+        if all(self.decoder.at_eos):
+            raise StudioError("every sample has ended (EOS): generate a new piece")
+        return self._extend(length, unit, progress, "continued")
+
+    def undo(self) -> View:
+        """Go back one step (a generate cannot be undone: there is nothing before it)."""
+        if len(self.history) < 2:
+            raise StudioError("nothing to undo")
+        self.history.pop()
+        step = self.history[-1]
+        self.decoder.restore(step.snapshot)
+        return View(status=f"undone: back to step {len(self.history)}", samples=step.view.samples,
+                    similarity=step.view.similarity, take=len(self.history))
+
+    # ------------------------------------------------------------------------------ helpers
+    def _load(self, path: Path) -> Any:
+        key = path.resolve()
+        if key not in self.checkpoints:
+            try:
+                self.checkpoints = {key: load_model(path, self.device)}  # keep one model in memory
+            except USER_ERRORS as error:
+                raise StudioError(str(error)) from None
+        return self.checkpoints[key]
+
+    @staticmethod
+    def _prompt(tokenizer: Any, path: Path, bars: int) -> tuple[list[int], list[int] | None]:
+        """Prompt ids (the first `bars` bars; at least 1) and, for groove models, the whole piece's ids."""
+        if bars < 1:
+            raise StudioError(f"prompt bars must be >= 1, got {bars}")
+        try:
+            ids = [int(i) for i in tokenizer.encode(path)]
+        except (TokenizationError, *USER_ERRORS) as error:
+            raise StudioError(f"cannot read {path.name} as a prompt: {error}") from None
+        while ids and ids[-1] == tokenizer.eos_id:
+            ids.pop()
+        starts = tokenizer.bar_starts(ids)
+        prompt = ids[:starts[bars]] if len(starts) > bars else ids
+        if len(prompt) < 2:
+            raise StudioError(f"{path.name} has no notes to start from")
+        return prompt, (ids if isinstance(tokenizer, GrooveTokenizer) else None)
+
+    @staticmethod
+    def _budget(length: int, unit: str) -> int:
+        """Token budget of one step: `length` tokens, or generously enough tokens for `length` bars."""
+        return int(length) if unit == "tokens" else min(MAX_TOKENS, TOKENS_PER_BAR * int(length))
+
+    def _extend(self, length: int, unit: str, progress: Progress | None, verb: str) -> View:
+        decoder, tokenizer = self.decoder, self.ckpt.tokenizer
+        before = [len(t) for t in decoder.tokens]
+        stop = None
+        if unit == "bars":  # a bar already begun by the last token counts as the first new one
+            stop = [bar_stop(tokenizer, len(t) - 1, int(length), every=1) for t in decoder.tokens]
+        budget = self._budget(length, unit)
+        began = time.perf_counter()
+
+        def report(done: int, total: int) -> None:
+            if progress is not None:
+                progress(done / total, f"{verb}: {done} / {total} tokens")
+
+        try:
+            decoder.run(budget, stop=stop, callback=report)
+        except ValueError as error:  # e.g. a learned-APE model out of positions
+            raise StudioError(str(error)) from None
+        seconds = time.perf_counter() - began
+        results = decoder.results()
+        self.takes += 1
+        folder = self.workdir / f"take_{self.takes:03d}"
+        audio = AudioConfig() if self.request.audio else None
+        samples = [self._write(result, folder / f"sample_{i + 1}.mid", audio, decoder.at_eos[i])
+                   for i, result in enumerate(results)]
+        similarity = self._similarity(results)
+        added = [len(t) - n for t, n in zip(decoder.tokens, before)]
+        status = (f"Step {len(self.history) + 1}: {verb} {len(results)} sample(s), "
+                  f"+{', +'.join(map(str, added))} tokens in {seconds:.1f} s "
+                  f"({sum(added) / max(seconds, 1e-9):.0f} tokens/s); sample 1 has {len(results[0].tokens)} tokens"
+                  + ("" if not any(decoder.at_eos) else f"; {sum(decoder.at_eos)} ended at EOS"))
+        view = View(status=status, samples=samples, similarity=similarity, take=len(self.history) + 1)
+        self.history.append(Step(snapshot=decoder.snapshot(), view=view))
+        return view
+
+    def _write(self, result: GenerationResult, out: Path, audio: AudioConfig | None, at_eos: bool
+               ) -> SampleFiles:
+        write_piece(self.ckpt.tokenizer, result, out, audio=audio)
+        return SampleFiles(midi=out, tokens=out.with_suffix(".txt"), pianoroll=out.with_suffix(".png"),
+                           wav=out.with_suffix(".wav") if audio else None,
+                           ogg=out.with_suffix(".ogg") if audio else None,
+                           new_tokens=len(result.generated), at_eos=at_eos)
+
+    def _similarity(self, results: list[GenerationResult]) -> list[list[Any]]:
+        """Groove with an uploaded piece: style similarity of each continuation's quarters to it."""
+        if self.reference is None:
+            return []
+        from apps.eval_groove import score_continuation
+
+        rows = []
+        for i, result in enumerate(results):
+            if not result.generated:
+                continue
+            scores = score_continuation(self.ckpt.tokenizer, result.tokens, result.prompt_len, self.reference)
+            rows += [[i + 1, metric.replace("_", "-"), *(round(float(v), 3) for v in values)]
+                     for metric, values in scores.items()]
+        return rows
+
+
+def _check_settings(length: int, unit: str, num_samples: int) -> None:
+    if unit not in UNITS:
+        raise StudioError(f"length unit must be one of {', '.join(UNITS)}, got {unit!r}")
+    limit = MAX_BARS if unit == "bars" else MAX_TOKENS
+    if not 1 <= int(length) <= limit:
+        raise StudioError(f"length must be 1 .. {limit} {unit}, got {length}")
+    if not 1 <= int(num_samples) <= MAX_SAMPLES:
+        raise StudioError(f"samples must be 1 .. {MAX_SAMPLES}, got {num_samples}")

@@ -1,0 +1,181 @@
+"""The studio's callbacks without a browser: generate, continue, undo, samples, groove similarity, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import miditoolkit
+import pytest
+
+from apps.audio import read_wav
+from apps.cli import PRETRAINED
+from apps.generate import count_bars
+from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, Request, StudioError, StudioSession, check_upload,
+                                 model_choices)
+from groove import GrooveTokenizer
+from cli_helpers import exit_status, save_tiny
+
+needs_shipped = pytest.mark.skipif(not (PRETRAINED / "meta.json").is_file(), reason="no shipped pretrained/ model")
+
+
+def band_midi(path: Path, bars: int = 4) -> Path:
+    """A 3-track band MIDI (bass, drums, piano), one note per beat each, 4/4."""
+    midi = miditoolkit.MidiFile(ticks_per_beat=480)
+    tracks = [("Bass", 33, False, [40, 43, 45, 43]), ("Drums", 0, True, [36, 42, 38, 42]),
+              ("Piano", 0, False, [64, 67, 69, 67])]
+    for name, program, is_drum, pitches in tracks:
+        inst = miditoolkit.Instrument(program=program, is_drum=is_drum, name=name)
+        inst.notes = [miditoolkit.Note(90, pitches[beat % 4], beat * 480, beat * 480 + 400)
+                      for beat in range(4 * bars)]
+        midi.instruments.append(inst)
+    midi.dump(str(path))
+    return path
+
+
+def tokens_of(path: Path) -> list[str]:
+    return path.read_text().split()
+
+
+@needs_shipped
+def test_generate_continue_undo_with_the_shipped_model(tmp_path):
+    session = StudioSession(tmp_path / "work")
+    view = session.generate(Request(model=SHIPPED, length=24, unit="tokens", num_samples=2, seed=1))
+    assert len(view.samples) == 2 and view.take == 1 and "generated 2 sample(s)" in view.status
+    first = [tokens_of(s.tokens) for s in view.samples]
+    assert first[0] != first[1]  # two draws of one batch
+    for sample in view.samples:
+        assert sample.midi.is_file() and sample.pianoroll.read_bytes()[:4] == b"\x89PNG"
+        audio, rate = read_wav(sample.wav)
+        assert rate == 44100 and len(audio) > rate // 2 and abs(audio).max() > 0.01
+        assert sample.ogg.read_bytes()[:4] == b"OggS"
+        assert [Path(p).suffix for p in sample.downloads()] == [".mid", ".wav", ".ogg", ".txt"]
+
+    decoded = [len(t) for t in session.decoder.tokens]  # shown pieces drop a trailing unfinished event
+    longer = session.continue_(16, "tokens")
+    assert longer.take == 2 and "continued" in longer.status
+    for old, sample, fed in zip(first, longer.samples, decoded):
+        new = tokens_of(sample.tokens)
+        assert new[:len(old)] == old and len(old) < len(new) <= fed + 16
+    assert longer.samples[0].midi != view.samples[0].midi  # every step keeps its own files
+
+    back = session.undo()
+    assert back.take == 1 and back.samples[0].midi == view.samples[0].midi
+    assert [len(t) for t in session.decoder.tokens] >= [len(t) for t in first]
+    again = session.continue_(8, "tokens")  # continuing after an undo starts from the restored state
+    assert tokens_of(again.samples[0].tokens)[:len(first[0])] == first[0]
+    session.undo()
+    with pytest.raises(StudioError, match="nothing to undo"):
+        session.undo()
+
+
+@needs_shipped
+def test_bars_are_counted_per_sample_from_a_prompt(tmp_path, chorale_midi):
+    session = StudioSession(tmp_path / "work")
+    view = session.generate(Request(prompt=str(chorale_midi), prompt_bars=2, length=1, unit="bars",
+                                    num_samples=2, seed=3))
+    tokenizer = session.ckpt.tokenizer
+    for sample, tokens in zip(view.samples, session.decoder.tokens):
+        prompt_len = session.decoder.prompt_len
+        new_bars = count_bars(tokenizer, tokens, prompt_len)
+        assert len(new_bars) <= 2  # one new bar, plus the first token of the next when the stop fired
+        assert sample.new_tokens > 0
+
+
+def test_groove_continuation_shows_style_similarity(tmp_path):
+    run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
+    upload = band_midi(tmp_path / "band.mid")
+    session = StudioSession(tmp_path / "work")
+    view = session.generate(Request(model=str(run), prompt=str(upload), prompt_bars=2, length=40, unit="tokens",
+                                    num_samples=2, audio=False))
+    assert view.samples[0].wav is None
+    assert session.reference is not None and session.decoder.prompt_len < len(session.reference)
+    rows = view.similarity
+    assert sorted({(r[0], r[1]) for r in rows}) == [(1, "onset-duration"), (1, "time-pitch"),
+                                                     (2, "onset-duration"), (2, "time-pitch")]
+    assert all(len(r) == 6 and all(0.0 <= v <= 1.0 for v in r[2:]) for r in rows)
+    more = session.continue_(20, "tokens")
+    assert len(more.similarity) == 4
+
+
+@pytest.mark.parametrize("case", ["not_midi", "empty", "huge", "no_notes", "gone"])
+def test_bad_uploads_are_clear_errors(tmp_path, case):
+    path = tmp_path / "prompt.mid"
+    if case == "not_midi":
+        path.write_text("hello, this is a text file")
+        expected = "not a MIDI file"
+    elif case == "empty":
+        path.write_bytes(b"")
+        expected = "empty"
+    elif case == "huge":
+        with path.open("wb") as handle:
+            handle.write(b"MThd")
+            handle.truncate(MAX_UPLOAD_BYTES + 1)
+        expected = "MiB"
+    elif case == "no_notes":
+        miditoolkit.MidiFile(ticks_per_beat=480).dump(str(path))
+        expected = "prompt"
+    else:
+        expected = "gone"
+    if case == "no_notes":
+        run = save_tiny(tmp_path / "run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
+        with pytest.raises(StudioError, match=expected):
+            StudioSession(tmp_path / "work").generate(Request(model=str(run), prompt=str(path), audio=False))
+    else:
+        with pytest.raises(StudioError, match=expected):
+            check_upload(path)
+
+
+def test_bad_settings_and_models(tmp_path):
+    session = StudioSession(tmp_path / "work")
+    with pytest.raises(StudioError, match="model not found"):
+        session.generate(Request(model=str(tmp_path / "nowhere")))
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(StudioError, match="cannot load"):
+        session.generate(Request(model=str(tmp_path / "junk")))
+    with pytest.raises(StudioError, match="length"):
+        session.generate(Request(length=0))
+    with pytest.raises(StudioError, match="samples"):
+        session.generate(Request(num_samples=9))
+    with pytest.raises(StudioError, match="top_p"):
+        session.generate(Request(top_p=0.0))
+    with pytest.raises(StudioError, match="Generate first"):
+        session.continue_(4)
+
+
+def test_model_choices_list_runs(tmp_path):
+    from remi import REMITokenizer
+
+    run = save_tiny(tmp_path / "runs" / "tiny", REMITokenizer())
+    choices = model_choices([tmp_path / "runs", tmp_path / "absent"])
+    assert str(run) in choices
+    assert (SHIPPED in choices) == (PRETRAINED / "meta.json").is_file()
+
+
+def test_page_callbacks_turn_errors_into_messages(tmp_path):
+    pytest.importorskip("gradio")
+    from apps.studio import Studio
+
+    studio = Studio(tmp_path / "work")
+    junk = tmp_path / "junk.mid"
+    junk.write_text("not midi")
+    out = studio.generate(None, SHIPPED, str(junk), 2, 8, "tokens", 1.0, 0.9, 0, 1)
+    assert isinstance(out[0], StudioSession) and out[1].startswith("**Error:**") and "not a MIDI" in out[1]
+    out = studio.undo(out[0])
+    assert "nothing to undo" in out[1]
+    if (PRETRAINED / "meta.json").is_file():
+        out = studio.generate(out[0], SHIPPED, None, 2, 8, "tokens", 1.0, 0.9, 0, 2)
+        session, status, choice, roll, wav, downloads, _ = out
+        assert "generated 2" in status and Path(roll).is_file() and Path(wav).suffix == ".wav"
+        assert [Path(p).suffix for p in downloads] == [".mid", ".wav", ".ogg", ".txt"]
+        shown = studio.show(session, "2")
+        assert shown[1] == str(session.history[-1].view.samples[1].pianoroll)
+
+
+@pytest.mark.parametrize("args, message", [(["--port", "0"], "--port"), (["--threads", "0"], "--threads"),
+                                           (["--device", "tpu"], "invalid choice")])
+def test_spe_studio_rejects_bad_options_on_one_line(args, message, capsys):
+    from apps.studio import main
+
+    assert exit_status(main, args) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("spe-studio: error: ") and message in err[0]
