@@ -3,7 +3,8 @@
 Two modes, each comparing generated pieces with real ones measured the same way:
 
 * unconditional: pieces sampled from the start token (`tokens` new tokens each), beside the first
-  1 + `tokens` tokens of each real piece;
+  1 + `tokens` tokens of each real piece; both measured from the bar of their first note (silent
+  opening bars, common in POP909 files aligned to recordings, are dropped from real pieces first);
 * continuation: the first `prompt_bars` bars of real pieces prompt the model; only what comes after
   the prompt (from the first bar line after it) is measured, beside the real pieces' own continuations
   (their next `tokens` tokens after the same prompt).
@@ -68,7 +69,8 @@ def real_pieces_from_ids(pieces: Sequence[np.ndarray], names: Sequence[str], tok
                          count: int, seed: int) -> list[RealPiece]:
     """Up to `count` corpus pieces (a seeded random choice when there are more), EOS removed."""
     chosen = choose(len(pieces), count, seed)
-    return [RealPiece(names[i], strip_eos([int(t) for t in pieces[i]], tokenizer.eos_id)) for i in chosen]
+    return [RealPiece(names[i], drop_leading_silence(tokenizer, strip_eos(pieces[i], tokenizer.eos_id)))
+            for i in chosen]
 
 
 def real_pieces_from_folder(folder: Path, tokenizer: Any, count: int, seed: int,
@@ -87,7 +89,7 @@ def real_pieces_from_folder(folder: Path, tokenizer: Any, count: int, seed: int,
                       disable=not progress):
         path = files[index]
         try:
-            ids = strip_eos(tokenizer.encode(path), tokenizer.eos_id)
+            ids = drop_leading_silence(tokenizer, strip_eos(tokenizer.encode(path), tokenizer.eos_id))
         except TokenizationError as error:
             logger.warning("skipped %s: %s", path, error)
             continue
@@ -96,6 +98,27 @@ def real_pieces_from_folder(folder: Path, tokenizer: Any, count: int, seed: int,
         raise ValueError(f"--real: none of the chosen MIDI files below {folder} could be tokenised")
     logger.info("%d real pieces from %s (%d MIDI files)", len(pieces), folder, len(files))
     return pieces
+
+
+def drop_leading_silence(tokenizer: Any, ids: list[int]) -> list[int]:
+    """The ids from the bar of the first note on (many POP909 files open with silent bars aligned to
+    the recording), with the meter and tempo in force there. Unchanged when the first bar has a note."""
+    vocab = tokenizer.vocab
+    pitches, meters, tempos = (set(vocab.by_type(kind)) for kind in ("Note_Pitch", "TimeSig", "Tempo"))
+    first = next((i for i, token in enumerate(ids) if token in pitches), None)
+    starts = tokenizer.bar_starts(ids)
+    if first is None or not starts:
+        return ids
+    bar = starts[int(np.searchsorted(starts, first, side="right")) - 1]
+    if bar == starts[0]:
+        return ids
+    body = ids[bar + 1:]
+    meter = [body.pop(0)] if body[0] in meters else [t for t in ids[:bar] if t in meters][-1:]
+    tempo = [t for t in ids[:bar] if t in tempos][-1:]
+    beat0 = vocab["Beat_0"]
+    if tempo and not (len(body) > 1 and body[0] == beat0 and body[1] in tempos):
+        body = [beat0, *tempo, *(body[1:] if body[0] == beat0 else body)]
+    return [ids[bar], *meter, *body]
 
 
 def choose(total: int, count: int, seed: int) -> list[int]:
@@ -131,9 +154,13 @@ def continuation_start(tokenizer: Any, prompt: Sequence[int]) -> int:
     return round(remi_sub_beats * TICKS_PER_SUB_BEAT * SUB_BEATS_PER_QUARTER / TICKS_PER_BEAT)
 
 
-def measure(tokenizer: Any, ids: Sequence[int], cut: int = 0) -> dict[str, float]:
-    """Metrics of the decoded ids, from sub-beat `cut` (a bar line) on."""
+def measure(tokenizer: Any, ids: Sequence[int], cut: int | None = None) -> dict[str, float]:
+    """Metrics of the decoded ids from sub-beat `cut` (a bar line) on; without a cut, from the bar of
+    the first note on (as the real pieces, see drop_leading_silence)."""
     piece = from_midi(tokenizer.decode(list(ids)))
+    if cut is None:
+        bar = int(np.searchsorted(piece.bars, piece.onsets.min(), side="right")) - 1 if piece.num_notes else 0
+        cut = int(piece.bars[bar])
     return piece_metrics(piece.after(cut) if cut else piece)
 
 
@@ -164,7 +191,7 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
     rows = []
     for mode in options.modes:
         if mode == "unconditional":
-            jobs = [(f"unconditional_{i:03d}", start, 0) for i in range(options.pieces)]
+            jobs = [(f"unconditional_{i:03d}", start, None) for i in range(options.pieces)]
         else:
             jobs = []
             for piece in real:

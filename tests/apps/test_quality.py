@@ -11,8 +11,8 @@ import miditoolkit
 import numpy as np
 import pytest
 
-from apps.eval_quality import (RealPiece, continuation_start, measure, prompt_of, statistics,
-                               target_met)
+from apps.eval_quality import (RealPiece, continuation_start, drop_leading_silence, measure, prompt_of,
+                               statistics, target_met)
 from apps.evaluate import main
 from apps.quality_metrics import METRIC_NAMES, NotePiece, bar_lines, from_midi, piece_metrics
 from cli_helpers import exit_status
@@ -133,6 +133,26 @@ def test_continuation_is_measured_after_the_prompt():
     whole = measure(tokenizer, piece.ids)
     assert whole["pitch_class_entropy"] < 2.75  # the 8 prompt Cs weigh in
     assert prompt_of(tokenizer, piece, 4) is None  # no bar after the 4th
+
+
+def test_silent_opening_bars_are_dropped():
+    tokenizer = REMITokenizer()
+    waltz = quarters([60, 64, 67] * 2, start=6.0, length=STACCATO)  # bars 1-2 of 3/4 are silent
+    ids = [int(i) for i in tokenizer.encode(midi(waltz, meters=[(3, 4, 0)]))][:-1]
+    trimmed = drop_leading_silence(tokenizer, ids)
+    strings = tokenizer.tokens_to_strings(trimmed)
+    assert strings.count("Bar_None") == tokenizer.tokens_to_strings(ids).count("Bar_None") - 2
+    assert strings[:4] == ["Bar_None", "TimeSig_3/4", "Beat_0", tokenizer.tokens_to_strings(ids)[3]]
+    assert strings[3].startswith("Tempo_")
+    state = tokenizer.constraint_state()
+    for token in trimmed:  # still a valid sequence, meter included
+        state.advance(token)
+    decoded = tokenizer.decode(trimmed)
+    assert min(n.start for n in decoded.instruments[0].notes) == 0
+    assert (decoded.time_signature_changes[0].numerator, decoded.time_signature_changes[0].denominator) == (3, 4)
+    assert measure(tokenizer, ids) == measure(tokenizer, trimmed)  # measured from the first sounding bar
+    assert measure(tokenizer, ids)["empty_beat_rate"] == 0.0
+    assert drop_leading_silence(tokenizer, trimmed) == trimmed
 
 
 def test_targets_and_statistics():
