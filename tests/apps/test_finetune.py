@@ -43,7 +43,7 @@ def finetune_args(midi_dir: Path, out: Path, *extra: str) -> list[str]:
     return ["--init-from", "pretrained", "--out", str(out), "--max-steps", "2",
             "--set", "data.kind=midi_folder", "--set", f"data.source={midi_dir}",
             "--set", "train.batch_size=2", "--set", "train.log_every=1", "--set", "train.device=cpu",
-            "--set", "train.eval_batches=1", "--set", "train.lr=1e-5", "--set", "train.warmup_steps=0",
+            "--set", "train.eval_batches=1", "--set", "train.lr=1e-5", "--set", "train.min_lr=1e-6", "--set", "train.warmup_steps=0",
             *extra]
 
 
