@@ -9,7 +9,6 @@ from pathlib import Path
 import miditoolkit
 import numpy as np
 import pytest
-import torch
 from safetensors.torch import load_file
 
 import apps.train as train
@@ -106,11 +105,13 @@ def test_unknown_source_is_refused(tmp_path, capsys):
     assert "--init-from" in one_error_line(capsys)
 
 
-def test_source_weights_load_into_a_model_of_its_config():
-    """The shipped model is a valid source: its config builds a model that holds its weights."""
-    from apps.finetune import check_model_shapes, resolve_source
+def test_shape_free_overrides_pass_and_the_run_is_named_after_the_source():
+    from apps.finetune import finetune_config, resolve_source
 
     source = resolve_source("pretrained")
-    check_model_shapes(source, source.config)
-    assert source.name == "pretrained" and torch.is_tensor(next(iter(load_file(
-        str(source.path / "model.safetensors")).values())))
+    assert source.name == "pretrained" and source.meta["step"] == read_meta(PRETRAINED)["step"]
+    cfg = finetune_config(source, None, ["model.attention=torch", "model.dropout=0.2", "data.source=/x/songs"])
+    assert (cfg.model.attention, cfg.model.dropout, cfg.model.d_model) == ("torch", 0.2, source.config.model.d_model)
+    assert cfg.data.root == f"corpus/{source.config.data.kind}_songs"  # not the source's corpus folder
+    with pytest.raises(ValueError, match="model.n_layer=2 .source: 4."):
+        finetune_config(source, None, ["model.n_layer=2"])

@@ -206,6 +206,22 @@ def test_quality_end_to_end_on_the_shipped_model(real_folder, tmp_path, capsys):
                for n in midi_files)
 
 
+def test_quality_against_a_corpus_split(real_folder, tmp_path):
+    """Without --real the reference is a split of a token corpus (here: --corpus, split train)."""
+    from data import build_midi_folder_corpus
+
+    corpus = build_midi_folder_corpus(real_folder, tmp_path / "corpus", REMITokenizer(), progress=False)
+    out = tmp_path / "quality"
+    assert main(["quality", "--corpus", str(tmp_path / "corpus"), "--split", "train", "--mode", "continuation",
+                 "--pieces", "1", "--tokens", "32", "--prompt-bars", "2", "--label", "shipped",
+                 "--out", str(out), "--no-progress"]) == 0
+    with (out / "quality.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["mode"] for r in rows} == {"continuation"}
+    assert sorted(r["piece"] for r in rows if r["source"] == "real") == sorted(corpus.names("train"))
+    assert [r["source"] for r in rows].count("shipped") == 1
+
+
 @pytest.mark.parametrize("case", ["missing_real_folder", "empty_real_folder", "bad_pieces"])
 def test_quality_bad_input_is_one_line(case, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
