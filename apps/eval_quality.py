@@ -201,7 +201,8 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
                     jobs.append((name, prompt, continuation_start(tokenizer, prompt)))
             if not jobs:
                 raise ValueError(f"no real piece has more than {options.prompt_bars} bars to prompt with")
-        for name, prompt, cut in tqdm(jobs, desc=f"{label}: {mode}", unit="piece", disable=not options.progress):
+        for name, prompt, cut in tqdm(jobs, desc=f"{label}: {mode}", unit="piece",
+                                      disable=not options.progress):
             result = generate(model, tokenizer, prompt, options.tokens, options.sampling, generator)
             write_midi(tokenizer.decode(result.tokens), outputs.temp(midi_dir / f"{name}.mid"))
             rows.append(QualityRow(mode, label, name, measure(tokenizer, result.tokens, cut)))

@@ -115,7 +115,8 @@ def from_midi(midi: Any) -> NotePiece:
     array = np.asarray(sorted(notes), dtype=np.float64).reshape(-1, 3)  # (N, 3): start, end, pitch
     onsets = np.round(array[:, 0] * scale).astype(np.int64)
     ends = np.maximum(np.round(array[:, 1] * scale).astype(np.int64), onsets + 1)
-    meters = [(int(round(ts.time * scale)), ts.numerator, ts.denominator) for ts in midi.time_signature_changes]
+    meters = [(int(round(ts.time * scale)), ts.numerator, ts.denominator)
+              for ts in midi.time_signature_changes]
     end = int(ends.max()) if len(ends) else 0
     return NotePiece(onsets, ends, array[:, 2].astype(np.int64), bar_lines(meters, end))
 

@@ -42,7 +42,8 @@ def finetune_args(midi_dir: Path, out: Path, *extra: str) -> list[str]:
     return ["--init-from", "pretrained", "--out", str(out), "--max-steps", "2",
             "--set", "data.kind=midi_folder", "--set", f"data.source={midi_dir}",
             "--set", "train.batch_size=2", "--set", "train.log_every=1", "--set", "train.device=cpu",
-            "--set", "train.eval_batches=1", "--set", "train.lr=1e-5", "--set", "train.min_lr=1e-6", "--set", "train.warmup_steps=0",
+            "--set", "train.eval_batches=1", "--set", "train.lr=1e-5", "--set", "train.min_lr=1e-6",
+            "--set", "train.warmup_steps=0",
             *extra]
 
 
@@ -110,8 +111,10 @@ def test_shape_free_overrides_pass_and_the_run_is_named_after_the_source():
 
     source = resolve_source("pretrained")
     assert source.name == "pretrained" and source.meta["step"] == read_meta(PRETRAINED)["step"]
-    cfg = finetune_config(source, None, ["model.attention=torch", "model.dropout=0.2", "data.source=/x/songs"])
-    assert (cfg.model.attention, cfg.model.dropout, cfg.model.d_model) == ("torch", 0.2, source.config.model.d_model)
+    overrides = ["model.attention=torch", "model.dropout=0.2", "data.source=/x/songs"]
+    cfg = finetune_config(source, None, overrides)
+    assert (cfg.model.attention, cfg.model.dropout) == ("torch", 0.2)
+    assert cfg.model.d_model == source.config.model.d_model
     assert cfg.data.root == f"corpus/{source.config.data.kind}_songs"  # not the source's corpus folder
     with pytest.raises(ValueError, match="model.n_layer=2 .source: 4."):
         finetune_config(source, None, ["model.n_layer=2"])

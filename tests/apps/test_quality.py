@@ -23,7 +23,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 C_MAJOR = [60, 62, 64, 65, 67, 69, 71, 72]
 
 
-def midi(notes: list[tuple[float, float, int]], meters: list[tuple[int, int, float]] = ()) -> miditoolkit.MidiFile:
+def midi(notes: list[tuple[float, float, int]],
+         meters: list[tuple[int, int, float]] = ()) -> miditoolkit.MidiFile:
     """A one-piano MIDI file; notes (start, end, pitch) and meters (numerator, denominator, time) in
     quarter notes."""
     file = miditoolkit.MidiFile(ticks_per_beat=TPQ)
@@ -63,7 +64,8 @@ def test_c_major_scale():
 
 
 def test_a_bar_of_silence():
-    notes = quarters([60, 64, 67, 72], length=STACCATO) + quarters([60, 64, 67, 72], 8.0, STACCATO)  # bar 2 silent
+    # bars 1 and 3: C E G C; bar 2 is silent
+    notes = quarters([60, 64, 67, 72], length=STACCATO) + quarters([60, 64, 67, 72], 8.0, STACCATO)
     values = piece_metrics(from_midi(midi(notes)))
     assert values["empty_beat_rate"] == pytest.approx(4 / 12)
     # bar pairs: (1, 2) and (2, 3) differ at the 4 onsets of a 16-position bar, (1, 3) are equal
@@ -149,7 +151,8 @@ def test_silent_opening_bars_are_dropped():
         state.advance(token)
     decoded = tokenizer.decode(trimmed)
     assert min(n.start for n in decoded.instruments[0].notes) == 0
-    assert (decoded.time_signature_changes[0].numerator, decoded.time_signature_changes[0].denominator) == (3, 4)
+    meter = decoded.time_signature_changes[0]
+    assert (meter.numerator, meter.denominator) == (3, 4)
     assert measure(tokenizer, ids) == measure(tokenizer, trimmed)  # measured from the first sounding bar
     assert measure(tokenizer, ids)["empty_beat_rate"] == 0.0
     assert drop_leading_silence(tokenizer, trimmed) == trimmed
@@ -158,7 +161,8 @@ def test_silent_opening_bars_are_dropped():
 def test_targets_and_statistics():
     assert statistics([1.0, 2.0, 3.0, float("nan")]) == (2.0, 1.0, 3)
     assert target_met("within_std", 2.9, 2.0, 1.0) and not target_met("within_std", 3.1, 2.0, 1.0)
-    assert target_met("at_most_twice", 0.02, 0.013, 0.01) and not target_met("at_most_twice", 0.09, 0.013, 0.0)
+    assert target_met("at_most_twice", 0.02, 0.013, 0.01)
+    assert not target_met("at_most_twice", 0.09, 0.013, 0.0)
     assert target_met("within_std", float("nan"), 2.0, 1.0) is None
 
 
@@ -173,7 +177,8 @@ def real_folder(tmp_path_factory) -> Path:
         for bar in range(8):
             root = int(rng.choice([48, 53, 55, 57]))
             notes += [(4 * bar, 4 * bar + 4, root), (4 * bar, 4 * bar + 4, root + 7)]
-            notes += [(4 * bar + t, 4 * bar + t + 0.5, int(rng.choice(C_MAJOR)) + 12) for t in (0, 1, 2, 2.5, 3)]
+            notes += [(4 * bar + t, 4 * bar + t + 0.5, int(rng.choice(C_MAJOR)) + 12)
+                      for t in (0, 1, 2, 2.5, 3)]
         midi(notes).dump(str(folder / f"song_{index}.mid"))
     (folder / "broken.mid").write_text("not a MIDI file")
     return folder
@@ -197,7 +202,8 @@ def test_quality_end_to_end_on_the_shipped_model(real_folder, tmp_path, capsys):
     assert len(summary) == 2 * len(METRIC_NAMES)
     assert {r["met"] for r in summary} <= {"true", "false", ""}
     table = (out / "quality.md").read_text()
-    assert table in capsys.readouterr().out and "within 1 std of real" in table and "<= 2 x real mean" in table
+    assert table in capsys.readouterr().out
+    assert "within 1 std of real" in table and "<= 2 x real mean" in table
     for name in METRIC_NAMES:
         assert (out / f"quality_{name}.png").read_bytes()[:8] == PNG_MAGIC
     midi_files = sorted(p.name for p in (out / "generated" / "pretrained").iterdir())
@@ -212,7 +218,8 @@ def test_quality_against_a_corpus_split(real_folder, tmp_path):
 
     corpus = build_midi_folder_corpus(real_folder, tmp_path / "corpus", REMITokenizer(), progress=False)
     out = tmp_path / "quality"
-    assert main(["quality", "--corpus", str(tmp_path / "corpus"), "--split", "train", "--mode", "continuation",
+    assert main(["quality", "--corpus", str(tmp_path / "corpus"), "--split", "train",
+                 "--mode", "continuation",
                  "--pieces", "1", "--tokens", "32", "--prompt-bars", "2", "--label", "shipped",
                  "--out", str(out), "--no-progress"]) == 0
     with (out / "quality.csv").open() as handle:
