@@ -239,6 +239,9 @@ def run_quality(args: argparse.Namespace) -> None:
                                        not args.no_progress)
         reference = f"MIDI files of {args.real}"
     else:
+        if not Path(args.corpus or first.config.data.root).exists():
+            raise ValueError(f"corpus not found: {args.corpus or first.config.data.root} (build it by "
+                             f"training, pass --corpus, or compare with a MIDI folder: --real DIR)")
         pieces, names = held_out_pieces(args, first)
         real = real_pieces_from_ids(pieces, names, first.tokenizer, args.real_pieces, args.seed)
         reference = f"held-out pieces of {args.corpus or first.config.data.root}"

@@ -229,17 +229,19 @@ def test_quality_against_a_corpus_split(real_folder, tmp_path):
     assert [r["source"] for r in rows].count("shipped") == 1
 
 
-@pytest.mark.parametrize("case", ["missing_real_folder", "empty_real_folder", "bad_pieces"])
+@pytest.mark.parametrize("case", ["missing_real_folder", "empty_real_folder", "bad_pieces", "missing_corpus"])
 def test_quality_bad_input_is_one_line(case, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     real = {"missing_real_folder": tmp_path / "nowhere", "empty_real_folder": tmp_path / "empty",
-            "bad_pieces": tmp_path / "empty"}[case]
+            "bad_pieces": tmp_path / "empty", "missing_corpus": None}[case]
     args = ["quality", "--real", str(real), "--out", str(tmp_path / "out"), "--no-progress"]
     if case == "bad_pieces":
         args += ["--pieces", "0"]
+    if case == "missing_corpus":
+        args = ["quality", "--corpus", str(tmp_path / "nope"), "--out", str(tmp_path / "out"), "--no-progress"]
     assert exit_status(main, args) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("spe-evaluate: error: ")
     assert {"missing_real_folder": "no such folder", "empty_real_folder": "no MIDI files",
-            "bad_pieces": "--pieces"}[case] in err[0]
+            "bad_pieces": "--pieces", "missing_corpus": "--real DIR"}[case] in err[0]
     assert not (tmp_path / "out").exists()
