@@ -4,11 +4,14 @@
     spe-evaluate groove --checkpoint runs/groove_sine --out eval/ [--tokens 1024 --temperature 0.6]
     spe-evaluate pe --checkpoint runs/pop_sine --out eval/ [--length 256 --layer 0]
     spe-evaluate templates --checkpoint runs/pop_sine --out eval/ [--length 128 --layers 0 23]
+    spe-evaluate quality --out eval/quality [--real ../shared/data/pop909 --pieces 20 --tokens 3072]
 
 nll: per-position teacher-forced NLL on held-out pieces -> nll.csv, nll.png, nll_summary.{md,json}.
 groove: style similarity of continuations of 2-bar prompts -> groove_similarity.csv, groove_similarity.png.
 pe: translation invariance and monotonicity per head -> pe_properties.{csv,md}.
 templates: learned SPE kernels with the gates applied -> templates_<model>_layer<l>.png.
+quality: muspy + MusDr metrics of generated vs real pieces -> quality.{md,csv}, quality_summary.csv,
+    quality_<metric>.png, generated/<model>/*.mid.
 """
 
 from __future__ import annotations
@@ -78,6 +81,30 @@ def build_parser() -> argparse.ArgumentParser:
     templates.add_argument("--heads", type=int, default=4, help="heads shown (rows) (default: %(default)s)")
     templates.add_argument("--features", type=int, default=4,
                            help="features shown per head (columns) (default: %(default)s)")
+
+    quality = command("quality", "muspy and MusDr metrics of generated pieces beside real ones")
+    quality.add_argument("--real", default=None,
+                         help="folder of real MIDI files: the reference and the prompts (default: the "
+                              "held-out split of the checkpoint's corpus)")
+    quality.add_argument("--corpus", default=None, help="corpus root (default: the checkpoint's data.root)")
+    quality.add_argument("--split", default=None, choices=("test", "valid", "train"),
+                         help="corpus split (default: test, or valid when test is empty)")
+    quality.add_argument("--mode", default="both", choices=("unconditional", "continuation", "both"),
+                         help="what to generate (default: %(default)s)")
+    quality.add_argument("--pieces", type=int, default=20,
+                         help="generated pieces per model and mode (default: %(default)s)")
+    quality.add_argument("--real-pieces", type=int, default=100,
+                         help="real pieces measured, a seeded random choice (default: %(default)s)")
+    quality.add_argument("--tokens", type=int, default=None,
+                         help="new tokens per generated piece (default: the checkpoint's generate.tokens)")
+    quality.add_argument("--prompt-bars", type=int, default=4,
+                         help="bars of a real piece prompting a continuation (default: %(default)s)")
+    quality.add_argument("--full-real", action="store_true",
+                         help="measure whole real pieces (default: as many tokens as generated)")
+    quality.add_argument("--temperature", type=float, default=None,
+                         help="softmax temperature (default: the checkpoint's generate config)")
+    quality.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: config)")
+    quality.set_defaults(max_pieces=None)
     return parser
 
 
@@ -93,7 +120,7 @@ def load_models(args: argparse.Namespace) -> list[tuple[str, Any]]:
     if args.label is not None and len(args.label) != len(paths):
         raise ValueError(f"--label given {len(args.label)} times for {len(paths)} checkpoints")
     for name in ("max_len", "max_pieces", "tokens", "length", "draws", "heads", "features", "smooth",
-                 "prompt_bars"):
+                 "prompt_bars", "pieces", "real_pieces"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -194,7 +221,45 @@ def run_templates(args: argparse.Namespace) -> None:
             print(path)
 
 
-COMMANDS = {"nll": run_nll, "groove": run_groove, "pe": run_pe, "templates": run_templates}
+def run_quality(args: argparse.Namespace) -> None:
+    from apps.eval_quality import (MODES, QualityOptions, evaluate_quality, real_pieces_from_folder,
+                                   real_pieces_from_ids)
+    from apps.sampling import SamplingConfig
+
+    models = load_models(args)
+    first = models[0][1]
+    for label, ckpt in models:
+        if type(ckpt.tokenizer).__name__ != "REMITokenizer":
+            raise ValueError(f"quality evaluation needs a REMI checkpoint; {label} uses "
+                             f"{type(ckpt.tokenizer).__name__} (see `spe-evaluate groove`)")
+        if ckpt.tokenizer.vocab.tokens != first.tokenizer.vocab.tokens:
+            raise ValueError(f"{label} uses another vocabulary than {models[0][0]}")
+    if args.real is not None:
+        real = real_pieces_from_folder(Path(args.real), first.tokenizer, args.real_pieces, args.seed,
+                                       not args.no_progress)
+        reference = f"MIDI files of {args.real}"
+    else:
+        if not Path(args.corpus or first.config.data.root).exists():
+            raise ValueError(f"corpus not found: {args.corpus or first.config.data.root} (build it by "
+                             f"training, pass --corpus, or compare with a MIDI folder: --real DIR)")
+        pieces, names = held_out_pieces(args, first)
+        real = real_pieces_from_ids(pieces, names, first.tokenizer, args.real_pieces, args.seed)
+        reference = f"held-out pieces of {args.corpus or first.config.data.root}"
+    options = []
+    for _, ckpt in models:
+        defaults = ckpt.config.generate
+        sampling = SamplingConfig(top_p=defaults.top_p if args.top_p is None else args.top_p,
+                                  temperature=defaults.temperature if args.temperature is None
+                                  else args.temperature, constrained=True)
+        options.append(QualityOptions(
+            modes=MODES if args.mode == "both" else (args.mode,), pieces=args.pieces,
+            tokens=args.tokens or first.config.generate.tokens, prompt_bars=args.prompt_bars,
+            sampling=sampling, seed=args.seed, full_real=args.full_real, progress=not args.no_progress))
+    print(evaluate_quality(models, options, real, reference, Path(args.out)), end="")
+
+
+COMMANDS = {"nll": run_nll, "groove": run_groove, "pe": run_pe, "templates": run_templates,
+            "quality": run_quality}
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
     python train.py                                   # demo config on the default (music21) corpus
     python train.py --config pop_sine_gated --set train.batch_size=2 --max-steps 5000
     python train.py --out runs/demo --resume          # continue exactly where the run stopped
+    python train.py --init-from pretrained --set data.kind=midi_folder --set data.source=my_midi/
+                                                      # fine-tune (apps/finetune.py)
     torchrun --nproc_per_node=4 train.py --config pop_ape   # data-parallel (gloo on CPU, nccl on GPU)
 
 The run directory holds config.yaml, metrics.csv, train.log, tb/ (TensorBoard) and checkpoints/.
@@ -37,6 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
+from apps import finetune
 from apps.checkpoint import capture_rng, list_checkpoints, read_meta, resolve_checkpoint, restore_rng, \
     restore_training, save_checkpoint
 from apps.config import RunConfig, apply_overrides, load_config, save_config
@@ -66,6 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="override a config value, e.g. --set train.lr=1e-4 (repeatable)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run directory's latest checkpoint (fresh if none)")
+    parser.add_argument("--init-from", default=None, metavar="MODEL",
+                        help="fine-tune: start from the weights of 'pretrained', a run or a checkpoint "
+                             "directory (its model config; fresh optimizer and schedule, step 0)")
     return parser.parse_args(argv)
 
 
@@ -90,15 +96,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
     """Resolve config, corpus and run directory, then train; returns the exit status."""
+    source = finetune.resolve_source(args.init_from) if args.init_from else None
     config_name = Path(args.config or DEFAULT_CONFIG).stem
+    if source is not None and not args.config:
+        config_name = f"finetune_{source.name}"
     out = Path(args.out or Path("runs") / config_name)
     overrides = list(args.overrides)
     if args.max_steps is not None:
         overrides.append(f"train.max_steps={args.max_steps}")
     resume_from = resolve_checkpoint(out) if args.resume and list_checkpoints(out) else None
     if resume_from is not None:
-        if args.config:
-            logger.warning("--resume: using the run's saved config, not %s", args.config)
+        if args.config or args.init_from:
+            logger.warning("--resume: using the run's saved config and weights, not %s",
+                           args.config or args.init_from)
         cfg = apply_overrides(RunConfig.from_dict(read_meta(resume_from)["config"], str(resume_from)),
                               overrides)
     else:
@@ -106,14 +116,19 @@ def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
             logger.warning("--resume: no checkpoint in %s, starting from scratch", out)
         elif list_checkpoints(out):
             raise ValueError(f"{out} already holds a run; pass --resume or choose another --out")
-        cfg = load_config(args.config or DEFAULT_CONFIG, overrides)
+        cfg = finetune.finetune_config(source, args.config, overrides) if source is not None \
+            else load_config(args.config or DEFAULT_CONFIG, overrides)
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     if dist_env.world > 1:
         dist_env.init(device)
     corpus = prepare_corpus(cfg, dist_env)
+    if source is not None and resume_from is None:
+        finetune.check_vocabulary(source, corpus.tokenizer)
     trainer = Trainer(cfg, corpus, out, dist_env)
     if resume_from is not None:
         trainer.resume(resume_from)
+    elif source is not None:
+        finetune.init_weights(trainer.model, source, out, write_record=dist_env.rank == 0)
     return trainer.fit()
 
 

@@ -1,0 +1,358 @@
+"""Generation quality measured against real music: `spe-evaluate quality` (metrics: apps.quality_metrics).
+
+Two modes, each comparing generated pieces with real ones measured the same way:
+
+* unconditional: pieces sampled from the start token (`tokens` new tokens each), beside the first
+  1 + `tokens` tokens of each real piece; both measured from the bar of their first note (silent
+  opening bars, common in POP909 files aligned to recordings, are dropped from real pieces first);
+* continuation: the first `prompt_bars` bars of real pieces prompt the model; only what comes after
+  the prompt (from the first bar line after it) is measured, beside the real pieces' own continuations
+  (their next `tokens` tokens after the same prompt).
+
+Real pieces are the held-out split of the checkpoint's corpus or any folder of MIDI files (tokenised with
+the checkpoint's tokenizer), so that both sides are on the same grid; `full_real` measures the whole
+real pieces instead of the same number of tokens. Generation is recurrent and grammar-constrained
+(apps.sampling); one torch.Generator seeded once drives every draw, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from apps.cli import AtomicOutputs
+from apps.generate import start_ids, write_midi
+from apps.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
+from apps.sampling import SamplingConfig, generate
+
+logger = logging.getLogger(__name__)
+
+MODES = ("unconditional", "continuation")
+REAL = "real"  # the source name of real pieces in rows and tables
+
+
+@dataclass
+class QualityOptions:
+    modes: tuple[str, ...]  # subset of MODES
+    pieces: int  # generated pieces per model and mode
+    tokens: int  # new tokens per generated piece
+    prompt_bars: int  # bars of a real piece used as a continuation prompt
+    sampling: SamplingConfig  # nucleus / temperature / constraints
+    seed: int  # seed of the sampling generator
+    full_real: bool = False  # measure whole real pieces (default: as many tokens as the generated ones)
+    progress: bool = True  # show progress bars
+
+
+@dataclass
+class RealPiece:
+    name: str  # file or corpus name
+    ids: list[int]  # token ids, EOS removed
+
+
+@dataclass
+class QualityRow:
+    mode: str  # unconditional or continuation
+    source: str  # model label, or "real"
+    piece: str  # generated piece name, or the real piece's name
+    values: dict[str, float]  # metric name -> value (NaN when undefined, e.g. no notes)
+
+
+# ------------------------------------------------------------------------------ real pieces
+def real_pieces_from_ids(pieces: Sequence[np.ndarray], names: Sequence[str], tokenizer: Any,
+                         count: int, seed: int) -> list[RealPiece]:
+    """Up to `count` corpus pieces (a seeded random choice when there are more), EOS removed."""
+    chosen = choose(len(pieces), count, seed)
+    return [RealPiece(names[i], drop_leading_silence(tokenizer, strip_eos(pieces[i], tokenizer.eos_id)))
+            for i in chosen]
+
+
+def real_pieces_from_folder(folder: Path, tokenizer: Any, count: int, seed: int,
+                            progress: bool) -> list[RealPiece]:
+    """Up to `count` MIDI files below `folder` (a seeded random choice), tokenised; bad files skipped."""
+    from tokenization import TokenizationError
+    from tokenization.base import MIDI_SUFFIXES
+
+    if not folder.is_dir():
+        raise ValueError(f"--real: no such folder: {folder}")
+    files = sorted(p for p in folder.rglob("*") if p.suffix in MIDI_SUFFIXES and p.is_file())
+    if not files:
+        raise ValueError(f"--real: no MIDI files below {folder}")
+    pieces = []
+    for index in tqdm(choose(len(files), count, seed), desc=f"tokenising {folder.name}", unit="file",
+                      disable=not progress):
+        path = files[index]
+        try:
+            ids = drop_leading_silence(tokenizer, strip_eos(tokenizer.encode(path), tokenizer.eos_id))
+        except TokenizationError as error:
+            logger.warning("skipped %s: %s", path, error)
+            continue
+        pieces.append(RealPiece(path.relative_to(folder).with_suffix("").as_posix(), ids))
+    if not pieces:
+        raise ValueError(f"--real: none of the chosen MIDI files below {folder} could be tokenised")
+    logger.info("%d real pieces from %s (%d MIDI files)", len(pieces), folder, len(files))
+    return pieces
+
+
+def drop_leading_silence(tokenizer: Any, ids: list[int]) -> list[int]:
+    """The ids from the bar of the first note on (many POP909 files open with silent bars aligned to
+    the recording), with the meter and tempo in force there. Unchanged when the first bar has a note."""
+    vocab = tokenizer.vocab
+    pitches, meters, tempos = (set(vocab.by_type(kind)) for kind in ("Note_Pitch", "TimeSig", "Tempo"))
+    first = next((i for i, token in enumerate(ids) if token in pitches), None)
+    starts = tokenizer.bar_starts(ids)
+    if first is None or not starts:
+        return ids
+    bar = starts[int(np.searchsorted(starts, first, side="right")) - 1]
+    if bar == starts[0]:
+        return ids
+    body = ids[bar + 1:]
+    meter = [body.pop(0)] if body[0] in meters else [t for t in ids[:bar] if t in meters][-1:]
+    tempo = [t for t in ids[:bar] if t in tempos][-1:]
+    beat0 = vocab["Beat_0"]
+    if tempo and not (len(body) > 1 and body[0] == beat0 and body[1] in tempos):
+        body = [beat0, *tempo, *(body[1:] if body[0] == beat0 else body)]
+    return [ids[bar], *meter, *body]
+
+
+def choose(total: int, count: int, seed: int) -> list[int]:
+    """Sorted indices of `count` of `total` items chosen at random with `seed` (all when fewer)."""
+    if total <= count:
+        return list(range(total))
+    return sorted(np.random.default_rng(seed).choice(total, size=count, replace=False).tolist())
+
+
+def strip_eos(ids: Sequence[int], eos: int) -> list[int]:
+    ids = [int(i) for i in ids]
+    while ids and ids[-1] == eos:
+        ids.pop()
+    return ids
+
+
+# ------------------------------------------------------------------------------ measuring
+def prompt_of(tokenizer: Any, piece: RealPiece, bars: int) -> list[int] | None:
+    """The ids of the first `bars` bars of a piece (None when it has no bar after them)."""
+    starts = tokenizer.bar_starts(piece.ids)
+    return piece.ids[:starts[bars]] if len(starts) > bars else None
+
+
+def continuation_start(tokenizer: Any, prompt: Sequence[int]) -> int:
+    """Sub-beat (of the metrics' grid) of the first bar line after the prompt (REMI grammar clock)."""
+    from remi.vocab import TICKS_PER_BEAT, TICKS_PER_SUB_BEAT
+
+    state = tokenizer.constraint_state()
+    for token in prompt:
+        state.advance(token)
+    clock = state.clock
+    remi_sub_beats = clock.start + clock.length if clock.bars else 0
+    return round(remi_sub_beats * TICKS_PER_SUB_BEAT * SUB_BEATS_PER_QUARTER / TICKS_PER_BEAT)
+
+
+def measure(tokenizer: Any, ids: Sequence[int], cut: int | None = None) -> dict[str, float]:
+    """Metrics of the decoded ids from sub-beat `cut` (a bar line) on; without a cut, from the bar of
+    the first note on (as the real pieces, see drop_leading_silence)."""
+    piece = from_midi(tokenizer.decode(list(ids)))
+    if cut is None:
+        bar = int(np.searchsorted(piece.bars, piece.onsets.min(), side="right")) - 1 if piece.num_notes else 0
+        cut = int(piece.bars[bar])
+    return piece_metrics(piece.after(cut) if cut else piece)
+
+
+def measure_real(tokenizer: Any, pieces: Sequence[RealPiece], options: QualityOptions, start_len: int
+                 ) -> list[QualityRow]:
+    """Rows of the real pieces for every mode (cut like the generated pieces unless full_real)."""
+    rows = []
+    for mode in options.modes:
+        for piece in tqdm(pieces, desc=f"real pieces ({mode})", unit="piece", disable=not options.progress):
+            if mode == "unconditional":
+                ids = piece.ids if options.full_real else piece.ids[:start_len + options.tokens]
+                rows.append(QualityRow(mode, REAL, piece.name, measure(tokenizer, ids)))
+                continue
+            prompt = prompt_of(tokenizer, piece, options.prompt_bars)
+            if prompt is None:
+                continue
+            ids = piece.ids if options.full_real else piece.ids[:len(prompt) + options.tokens]
+            values = measure(tokenizer, ids, continuation_start(tokenizer, prompt))
+            rows.append(QualityRow(mode, REAL, piece.name, values))
+    return rows
+
+
+def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], options: QualityOptions,
+                         start: list[int], midi_dir: Path, outputs: AtomicOutputs) -> list[QualityRow]:
+    """Generate `options.pieces` pieces per mode, write them as MIDI, and measure them."""
+    tokenizer, model = ckpt.tokenizer, ckpt.model
+    generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
+    rows = []
+    for mode in options.modes:
+        if mode == "unconditional":
+            jobs = [(f"unconditional_{i:03d}", start, None) for i in range(options.pieces)]
+        else:
+            jobs = []
+            for piece in real:
+                prompt = prompt_of(tokenizer, piece, options.prompt_bars)
+                if prompt is not None and len(jobs) < options.pieces:
+                    name = f"continuation_{len(jobs):03d}_{piece.name.replace('/', '_')}"
+                    jobs.append((name, prompt, continuation_start(tokenizer, prompt)))
+            if not jobs:
+                raise ValueError(f"no real piece has more than {options.prompt_bars} bars to prompt with")
+        for name, prompt, cut in tqdm(jobs, desc=f"{label}: {mode}", unit="piece",
+                                      disable=not options.progress):
+            result = generate(model, tokenizer, prompt, options.tokens, options.sampling, generator)
+            write_midi(tokenizer.decode(result.tokens), outputs.temp(midi_dir / f"{name}.mid"))
+            rows.append(QualityRow(mode, label, name, measure(tokenizer, result.tokens, cut)))
+    return rows
+
+
+def evaluate_quality(models: Sequence[tuple[str, Any]], options: Sequence[QualityOptions],
+                     real: Sequence[RealPiece], reference: str, out_dir: Path) -> str:
+    """Measure the real pieces and every model's generations; write the outputs; return the tables.
+
+    models: (label, apps.checkpoint.Checkpoint), all with the same vocabulary; options: one per model
+    (they differ only in sampling); reference: the real pieces' origin, in words.
+    """
+    if not real:
+        raise ValueError("no real pieces to compare with")
+    tokenizer = models[0][1].tokenizer
+    first = options[0]
+    start = start_ids(tokenizer)
+    with AtomicOutputs() as outputs:
+        rows = measure_real(tokenizer, real, first, len(start))
+        for (label, ckpt), option in zip(models, options):
+            rows += generate_and_measure(label, ckpt, real, option, start,
+                                         out_dir / "generated" / label.replace("/", "_"), outputs)
+        length = "whole pieces" if first.full_real else "cut to the same number of tokens"
+        sampling = ", ".join(f"{label}: top_p {o.sampling.top_p:g}, temperature {o.sampling.temperature:g}"
+                             for (label, _), o in zip(models, options))
+        notes = {
+            "unconditional": f"{first.pieces} pieces of {first.tokens} new tokens from the start token "
+                             f"vs {reference} ({length}); {sampling}, seed {first.seed}.",
+            "continuation": f"continuations ({first.tokens} new tokens) of the first {first.prompt_bars} "
+                            f"bars of real pieces, measured after the prompt, vs the real continuations "
+                            f"of {reference} ({length}); {sampling}, seed {first.seed}.",
+        }
+        return write_quality_outputs(rows, out_dir, notes, outputs)
+
+
+# -------------------------------------------------------------------------------- summaries
+@dataclass
+class Comparison:
+    mode: str  # unconditional or continuation
+    model: str  # model label
+    metric: Any  # apps.quality_metrics.Metric
+    generated: tuple[float, float, int]  # mean, standard deviation, pieces with a value
+    real: tuple[float, float, int]  # the same for the real pieces
+    met: bool | None  # whether the target is met (None: undefined)
+
+
+def statistics(values: Sequence[float]) -> tuple[float, float, int]:
+    """(mean, sample standard deviation, count) of the finite values."""
+    array = np.asarray([v for v in values if np.isfinite(v)], dtype=np.float64)
+    if not len(array):
+        return np.nan, np.nan, 0
+    return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0, len(array)
+
+
+def target_met(target: str, generated: float, real_mean: float, real_std: float) -> bool | None:
+    """within_std: |generated - real mean| <= real std; at_most_twice: generated <= 2 x real mean."""
+    if not (np.isfinite(generated) and np.isfinite(real_mean)):
+        return None
+    if target == "at_most_twice":
+        return generated <= 2.0 * real_mean
+    return abs(generated - real_mean) <= real_std
+
+
+def compare(rows: Sequence[QualityRow]) -> list[Comparison]:
+    """One Comparison per mode, model and metric."""
+    comparisons = []
+    for mode in MODES:
+        models = list(dict.fromkeys(r.source for r in rows if r.mode == mode and r.source != REAL))
+        real_rows = [r for r in rows if r.mode == mode and r.source == REAL]
+        for model in models:
+            generated_rows = [r for r in rows if r.mode == mode and r.source == model]
+            for metric in METRICS:
+                generated = statistics([r.values[metric.name] for r in generated_rows])
+                real = statistics([r.values[metric.name] for r in real_rows])
+                met = target_met(metric.target, generated[0], real[0], real[1])
+                comparisons.append(Comparison(mode, model, metric, generated, real, met))
+    return comparisons
+
+
+def markdown(comparisons: Sequence[Comparison], notes: dict[str, str]) -> str:
+    """One markdown table per mode and model; `notes[mode]` is printed above each."""
+    blocks = []
+    for mode, model in dict.fromkeys((c.mode, c.model) for c in comparisons):
+        chosen = [c for c in comparisons if (c.mode, c.model) == (mode, model)]
+        lines = [f"**{mode}**, {model}: {notes.get(mode, '')}".rstrip(), "",
+                 "| metric | generated | real | target | met |", "|---|---:|---:|---|---|"]
+        for c in chosen:
+            target = ("<= 2 x real mean" if c.metric.target == "at_most_twice" else "within 1 std of real")
+            met = {True: "yes", False: "**no**", None: "n/a"}[c.met]
+            lines.append(f"| {c.metric.title} | {cell(c.generated)} | {cell(c.real)} | {target} | {met} |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def cell(stats: tuple[float, float, int]) -> str:
+    mean, std, count = stats
+    return "n/a" if not count else f"{mean:.3f} ± {std:.3f} (n={count})"
+
+
+def write_quality_outputs(rows: Sequence[QualityRow], out_dir: Path, notes: dict[str, str],
+                          outputs: AtomicOutputs) -> str:
+    """quality.csv (per piece), quality_summary.csv, quality.md and quality_<metric>.png."""
+    comparisons = compare(rows)
+    table = markdown(comparisons, notes)
+    with outputs.temp(out_dir / "quality.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["mode", "source", "piece", *(m.name for m in METRICS)])
+        for r in rows:
+            writer.writerow([r.mode, r.source, r.piece, *(f"{r.values[m.name]:.6g}" for m in METRICS)])
+    with outputs.temp(out_dir / "quality_summary.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["mode", "model", "metric", "generated_mean", "generated_std", "generated_n",
+                         "real_mean", "real_std", "real_n", "target", "met"])
+        for c in comparisons:
+            writer.writerow([c.mode, c.model, c.metric.name, *(f"{v:.6g}" for v in c.generated[:2]),
+                             c.generated[2], *(f"{v:.6g}" for v in c.real[:2]), c.real[2], c.metric.target,
+                             "" if c.met is None else str(c.met).lower()])
+    outputs.temp(out_dir / "quality.md").write_text(table)
+    for metric in METRICS:
+        plot_metric(rows, metric, outputs.temp(out_dir / f"quality_{metric.name}.png"))
+    return table
+
+
+def plot_metric(rows: Sequence[QualityRow], metric: Any, path: Path) -> None:
+    """Box plot of one metric: per mode, one box per model and one for the real pieces."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in MODES if any(r.mode == m for r in rows)]
+    sources = list(dict.fromkeys([r.source for r in rows if r.source != REAL] + [REAL]))
+    width = 0.8 / len(sources)
+    figure, axis = plt.subplots(figsize=(2.2 + 2.4 * len(modes) * len(sources) / 2, 4.0))
+    for s, source in enumerate(sources):
+        color = "0.6" if source == REAL else plt.get_cmap("tab10")(s % 10)
+        data = [[v for r in rows if (r.mode, r.source) == (mode, source)
+                 for v in [r.values[metric.name]] if np.isfinite(v)] for mode in modes]
+        positions = [m + (s - (len(sources) - 1) / 2) * width for m in range(len(modes))]
+        kept = [(p, d) for p, d in zip(positions, data) if d]
+        if kept:
+            boxes = axis.boxplot([d for _, d in kept], positions=[p for p, _ in kept], widths=width * 0.85,
+                                 patch_artist=True, showmeans=True)
+            for patch in boxes["boxes"]:
+                patch.set_facecolor(color)
+        axis.plot([], [], color=color, linewidth=6, label=source)
+    axis.set_xticks(range(len(modes)), modes)
+    axis.set_title(f"{metric.title} [{metric.source}]")
+    axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
