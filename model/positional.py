@@ -183,7 +183,7 @@ class StochasticPE(PositionalEncoding):
         if torch.is_grad_enabled() or length >= CODE_BLOCK:
             return spe.codes(noise, start, length)
         first = start - start % CODE_BLOCK
-        versions = tuple(p._version for p in spe.parameters())  # a trained generator invalidates it
+        versions = tuple((p._version, p.data_ptr(), p.dtype) for p in spe.parameters())  # changed: stale
         cached = code.blocks.get(index)
         if cached is None or cached[0] != first or cached[1] != versions or start + length > cached[2]:
             end = first + CODE_BLOCK if isinstance(spe, SineSPE) else min(first + CODE_BLOCK, code.length)

@@ -35,6 +35,7 @@ class SPEFilter(nn.Module):
         if gated:
             # gate logits g; delta = sigmoid(g) is the weight of position-free attention per (head, d)
             self.gate = nn.Parameter(torch.randn(self.code_shape))
+        self._inference_gate = None  # (gate's version key, sqrt(1 - delta), sqrt(delta)) for no-grad calls
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, code: Union[Code, SharedCode],
                 gate_noise: Optional[torch.Tensor] = None):
@@ -81,6 +82,8 @@ class SPEFilter(nn.Module):
         flat = (queries.shape[0], positions[0].shape[0], *queries.shape[-2:])
         queries, keys = queries.reshape(flat), keys.reshape(flat)       # (B, S, H, D)
         positional, gate_noise, free = self._gate_terms(gate_noise, code.shape[-1])
+        if flat[1] == 1 and not torch.is_grad_enabled():                # a recurrent step
+            return _mix_one_position(queries, keys, positions, positional, gate_noise, free)
         qhat = _MixSharedCode.apply(queries, code.link, positional, gate_noise, free, code, 0)
         khat = _MixSharedCode.apply(keys, code.link, positional, gate_noise, free, code, 1)
         out_shape = (queries.shape[0], *size, *qhat.shape[-2:])
@@ -95,8 +98,15 @@ class SPEFilter(nn.Module):
         elif tuple(gate_noise.shape) != (*self.code_shape, num_realizations):
             raise ValueError(f"gate_noise must have shape {(*self.code_shape, num_realizations)}, "
                              f"got {tuple(gate_noise.shape)}")
-        delta = torch.sigmoid(self.gate)                                # (H, D)
-        return torch.sqrt(1 - delta), gate_noise, torch.sqrt(delta)
+        if torch.is_grad_enabled():
+            delta = torch.sigmoid(self.gate)                            # (H, D)
+            return torch.sqrt(1 - delta), gate_noise, torch.sqrt(delta)
+        # without gradients (generation steps), computed once per value of the gate
+        key = (self.gate._version, self.gate.data_ptr(), self.gate.dtype, self.gate.device)
+        if self._inference_gate is None or self._inference_gate[0] != key:
+            delta = torch.sigmoid(self.gate)
+            self._inference_gate = (key, torch.sqrt(1 - delta), torch.sqrt(delta))
+        return self._inference_gate[1], gate_noise, self._inference_gate[2]
 
     def draw_gate_noise(self, num_realizations: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """eps: (H, D, R) i.i.d. N(0, 1) / (D R)^(1/4), so that E[sum_r eps_d eps_d] = sqrt(R / D)."""
@@ -184,6 +194,20 @@ class _MixCode(torch.autograd.Function):
             if grad_xc is not None:
                 grad_x = grad_x + grad_xc * c
         return grad_x, grad_code, grad_a, grad_noise, grad_c
+
+
+def _mix_one_position(queries, keys, codes, positional, noise, free):
+    """Both mixes at a single position without autograd (generation), as few operations as possible:
+    the gate folded into one effective (H, D, R) code each for q and k, then one batched product.
+
+    queries, keys (B, 1, H, D); codes: (qbar, kbar) (1, H, D, R) each -> (qhat, khat) (B, 1, H, R)."""
+    code = torch.cat(codes)                                             # (2, H, D, R)
+    if positional is not None:
+        code = positional[..., None] * code + free[..., None] * noise   # (2, H, D, R)
+    x = torch.cat([queries, keys], dim=1).transpose(1, 2)               # (B, H, 2, D) -> (2 via B)
+    out = torch.matmul(x.permute(2, 1, 0, 3), code)                     # (2, H, B, D) @ (2, H, D, R)
+    out = out.permute(2, 0, 1, 3).unsqueeze(2)                          # (B, 2, 1, H, R)
+    return out[:, 0], out[:, 1]
 
 
 class _MixSharedCode(torch.autograd.Function):

@@ -173,3 +173,20 @@ def test_filter_rejects_bad_shapes():
         filt(x, x, code, gate_noise=torch.randn(H, D, R + 1))
     with pytest.raises(ValueError):
         SPEFilter(True, None)
+
+
+def test_gate_terms_cached_without_gradients_follow_the_gate():
+    torch.manual_seed(7)
+    filt = SPEFilter(True, (H, D))
+    eps = filt.draw_gate_noise(R)
+    q, k = torch.randn(1, 1, H, D), torch.randn(1, 1, H, D)
+    code = SineSPE(H, D, R, 2)((1, 1))
+    with torch.no_grad():
+        first = filt(q, k, code, gate_noise=eps)[0]
+        filt.gate.add_(1.0)                                             # in place: a new version
+        changed = filt(q, k, code, gate_noise=eps)[0]
+    filt.double()                                                       # new storage and dtype
+    with torch.no_grad():
+        again = filt(q.double(), k.double(), tuple(c.double() for c in code), gate_noise=eps.double())[0]
+    assert (first - changed).abs().max() > 1e-4
+    torch.testing.assert_close(again, changed.double(), atol=1e-5, rtol=1e-5)
