@@ -138,7 +138,7 @@ def test_continuation_is_measured_after_the_prompt():
 
 
 def test_silent_opening_bars_are_dropped():
-    tokenizer = REMITokenizer()
+    tokenizer = REMITokenizer(keep_leading_silence=True)  # tokens that keep the silent bars, as old corpora
     waltz = quarters([60, 64, 67] * 2, start=6.0, length=STACCATO)  # bars 1-2 of 3/4 are silent
     ids = [int(i) for i in tokenizer.encode(midi(waltz, meters=[(3, 4, 0)]))][:-1]
     trimmed = drop_leading_silence(tokenizer, ids)
