@@ -5,7 +5,8 @@ Reported, as medians over windows of 64 steps and over `--repeats` runs:
 
 - per-token time around token 128 and around the last token, and their ratio (O(1) per token: ~1);
 - the time of one full parallel forward pass over the whole prefix (what a model without recurrent
-  state would pay for each new token), and its ratio to one recurrent step at the last token.
+  state would pay for each new token), and its ratio to one recurrent step at the last token;
+- the same for an APE model of the same size (interleaved runs), and the step-time ratio to it.
 
 Both use the same number of threads (default 1).
 
@@ -59,28 +60,36 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=VOCAB, n_layer=args.layers, n_head=8, d_model=args.d_model,
-                      d_ff=4 * args.d_model, pe=args.pe, attention=args.attention,
-                      max_len=args.tokens)
-    model = MusicPerformer(cfg).eval()
+    variants = [args.pe] + ([] if args.pe == "ape" else ["ape"])  # APE is the reference
+    models = {}
+    for pe in variants:
+        torch.manual_seed(0)
+        cfg = ModelConfig(vocab_size=VOCAB, n_layer=args.layers, n_head=8, d_model=args.d_model,
+                          d_ff=4 * args.d_model, pe=pe, attention=args.attention, max_len=args.tokens)
+        models[pe] = MusicPerformer(cfg).eval()
     generator = torch.Generator().manual_seed(0)
-    early, late, full = [], [], []
-    for _ in range(args.repeats):
-        tokens, seconds, code = generate_timed(model, args.tokens, generator)
-        early.append(statistics.median(seconds[args.early - WINDOW // 2: args.early + WINDOW // 2]))
-        late.append(statistics.median(seconds[-WINDOW:]))
-        with torch.no_grad():
-            start = time.perf_counter()
-            model(tokens, code)
-            full.append(time.perf_counter() - start)
-    step_early, step_late, forward = (statistics.median(v) for v in (early, late, full))
-    print(f"{args.pe}, {args.layers} layers, d_model {args.d_model}, attention "
-          f"{model.attention_kernel}, {torch.get_num_threads()} threads, medians of {args.repeats} runs")
-    print(f"  per-token step time: {1e3 * step_early:.2f} ms at token {args.early}, "
-          f"{1e3 * step_late:.2f} ms at token {args.tokens}: ratio {step_late / step_early:.3f}")
-    print(f"  full forward over {args.tokens} tokens: {forward:.3f} s = "
-          f"{forward / step_late:.0f}x one recurrent step")
+    early, late, full = ({pe: [] for pe in variants} for _ in range(3))
+    for _ in range(args.repeats):  # the variants interleaved, so that drifts hit both
+        for pe, model in models.items():
+            tokens, seconds, code = generate_timed(model, args.tokens, generator)
+            early[pe].append(statistics.median(seconds[args.early - WINDOW // 2: args.early + WINDOW // 2]))
+            late[pe].append(statistics.median(seconds[-WINDOW:]))
+            with torch.no_grad():
+                start = time.perf_counter()
+                model(tokens, code)
+                full[pe].append(time.perf_counter() - start)
+    print(f"{args.layers} layers, d_model {args.d_model}, attention {models[args.pe].attention_kernel}, "
+          f"{torch.get_num_threads()} threads, medians of {args.repeats} runs")
+    step = {}
+    for pe in variants:
+        step_early, step_late, forward = (statistics.median(v[pe]) for v in (early, late, full))
+        step[pe] = step_late
+        print(f"  {pe}: per-token step time {1e3 * step_early:.2f} ms at token {args.early}, "
+              f"{1e3 * step_late:.2f} ms at token {args.tokens}: ratio {step_late / step_early:.3f}")
+        print(f"  {pe}: full forward over {args.tokens} tokens: {forward:.3f} s = "
+              f"{forward / step_late:.0f}x one recurrent step")
+    if args.pe != "ape":
+        print(f"  {args.pe} / ape, recurrent step at token {args.tokens}: {step[args.pe] / step['ape']:.3f}")
 
 
 if __name__ == "__main__":
