@@ -1,9 +1,10 @@
 """Recurrent generation: per-token cost over the sequence, and speed-up over re-running the prefix.
 
 A model in eval mode samples `--tokens` tokens one `step` at a time (batch 1, one fixed SPE code).
-Reported, as medians over windows of 64 steps and over `--repeats` runs:
+Reported, as means over windows of 128 steps (so that the SPE code evaluated once per block of
+128 positions is paid for) and medians over `--repeats` runs:
 
-- per-token time around token 128 and around the last token, and their ratio (O(1) per token: ~1);
+- per-token time over tokens 128-255 and over the last 128 tokens, and their ratio (O(1) per token: ~1);
 - the time of one full parallel forward pass over the whole prefix (what a model without recurrent
   state would pay for each new token), and its ratio to one recurrent step at the last token;
 - the same for an APE model of the same size (interleaved runs), and the step-time ratio to it.
@@ -25,7 +26,7 @@ import torch
 from model import ModelConfig, MusicPerformer
 
 VOCAB = 340  # about the REMI vocabulary
-WINDOW = 64  # steps per timing window
+WINDOW = 128  # steps per timing window (a whole block of SPE code evaluation: model.positional.CODE_BLOCK)
 
 
 @torch.no_grad()
@@ -51,7 +52,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--tokens", type=int, default=3072)
-    parser.add_argument("--early", type=int, default=128, help="early position to compare with")
+    parser.add_argument("--early", type=int, default=192, help="early position to compare with")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--attention", default="ft", choices=("ft", "torch"))
     parser.add_argument("--threads", type=int, default=1,
@@ -72,8 +73,8 @@ def main() -> None:
     for _ in range(args.repeats):  # the variants interleaved, so that drifts hit both
         for pe, model in models.items():
             tokens, seconds, code = generate_timed(model, args.tokens, generator)
-            early[pe].append(statistics.median(seconds[args.early - WINDOW // 2: args.early + WINDOW // 2]))
-            late[pe].append(statistics.median(seconds[-WINDOW:]))
+            early[pe].append(statistics.fmean(seconds[args.early - WINDOW // 2: args.early + WINDOW // 2]))
+            late[pe].append(statistics.fmean(seconds[-WINDOW:]))
             with torch.no_grad():
                 start = time.perf_counter()
                 model(tokens, code)

@@ -33,7 +33,7 @@ class PositionalCode:
     blocks: dict = field(default_factory=dict, repr=False, compare=False)
 
 
-CODE_BLOCK = 64  # positions of code evaluated at once when stepping without gradients
+CODE_BLOCK = 128  # positions of code evaluated at once when stepping without gradients
 
 
 class PositionalEncoding(nn.Module):
