@@ -175,25 +175,34 @@ class _MixCode(torch.autograd.Function):
         # under autocast the forward ran in a lower precision: compute the backward in the grad's dtype
         x, code, a, noise, c = (t if t is None else t.to(grad.dtype) for t in ctx.saved_tensors)
         need_x, need_code, need_a, need_noise, need_c = ctx.needs_input_grad
-        grad_x = grad_code = grad_a = grad_noise = grad_c = None
+        grad_code = None
         grad_xa = torch.einsum("bshr,shdr->bshd", grad, code)           # (B, S, H, D)
         if need_code:
             xa = x if a is None else x * a
             grad_code = torch.einsum("bshd,bshr->shdr", xa, grad)       # (S, H, D, R)
-        if need_a:
-            grad_a = (grad_xa * x).sum(dim=(0, 1))                      # (H, D)
-        grad_xc = None
-        if noise is not None:
-            grad_xc = torch.einsum("bshr,hdr->bshd", grad, noise)       # (B, S, H, D)
-            if need_noise:
-                grad_noise = torch.einsum("bshd,bshr->hdr", x * c, grad)  # (H, D, R)
-            if need_c:
-                grad_c = (grad_xc * x).sum(dim=(0, 1))                  # (H, D)
-        if need_x:
-            grad_x = grad_xa if a is None else grad_xa * a
-            if grad_xc is not None:
-                grad_x = grad_x + grad_xc * c
+        grad_x, grad_a, grad_noise, grad_c = _gate_backward(x, grad, grad_xa, a, noise, c, need_x, need_a,
+                                                            need_noise, need_c)
         return grad_x, grad_code, grad_a, grad_noise, grad_c
+
+
+def _gate_backward(x, grad, grad_xa, a, noise, c, need_x, need_a, need_noise, need_c):
+    """Gradients of out = contract(x a, code) + (x c) . noise, given grad (B, S, H, R) and
+    grad_xa = grad . code^T (B, S, H, D): (grad_x, grad_a, grad_noise, grad_c), None where not needed."""
+    grad_x = grad_a = grad_noise = grad_c = None
+    if need_a:
+        grad_a = (grad_xa * x).sum(dim=(0, 1))                          # (H, D)
+    grad_xc = None
+    if noise is not None:
+        grad_xc = torch.einsum("bshr,hdr->bshd", grad, noise)           # (B, S, H, D)
+        if need_noise:
+            grad_noise = torch.einsum("bshd,bshr->hdr", x * c, grad)    # (H, D, R)
+        if need_c:
+            grad_c = (grad_xc * x).sum(dim=(0, 1))                      # (H, D)
+    if need_x:
+        grad_x = grad_xa if a is None else grad_xa * a
+        if grad_xc is not None:
+            grad_x = grad_x + grad_xc * c
+    return grad_x, grad_a, grad_noise, grad_c
 
 
 def _mix_one_position(queries, keys, codes, positional, noise, free):
@@ -239,20 +248,8 @@ class _MixSharedCode(torch.autograd.Function):
         grad_xa = contract_backward(grad, code, backend=shared.backend).to(x.dtype)  # (B, S, H, D)
         if need_link:
             shared.add_gradient(which, x if a is None else x * a, grad.to(code.dtype))
-        grad_x = grad_a = grad_noise = grad_c = None
-        if need_a:
-            grad_a = (grad_xa * x).sum(dim=(0, 1))                      # (H, D)
-        grad_xc = None
-        if noise is not None:
-            grad = grad.to(x.dtype)
-            grad_xc = torch.einsum("bshr,hdr->bshd", grad, noise.to(x.dtype))  # (B, S, H, D)
-            if need_noise:
-                grad_noise = torch.einsum("bshd,bshr->hdr", x * c, grad)  # (H, D, R)
-            if need_c:
-                grad_c = (grad_xc * x).sum(dim=(0, 1))                  # (H, D)
-        if need_x:
-            grad_x = grad_xa if a is None else grad_xa * a
-            if grad_xc is not None:
-                grad_x = grad_x + grad_xc * c
+        noise = None if noise is None else noise.to(x.dtype)
+        grad_x, grad_a, grad_noise, grad_c = _gate_backward(x, grad.to(x.dtype), grad_xa, a, noise, c,
+                                                            need_x, need_a, need_noise, need_c)
         grad_link = grad.new_zeros(()) if need_link else None
         return grad_x, grad_link, grad_a, grad_noise, grad_c, None, None
