@@ -166,14 +166,9 @@ class StochasticPE(PositionalEncoding):
         if len(code.noises) != len(self.spes) or (code.gate_noises is None) == self.gated:
             raise ValueError("this positional code was drawn for another SPE configuration "
                              "(share_pe / gated differ)")
-        codes = []
-        for index, spe in enumerate(self.spes):
-            if self.contraction == "autograd":
-                codes.append(self._codes(index, code, start, length))
-            elif isinstance(spe, SineSPE) and torch.is_grad_enabled():  # gradients to the factors
-                codes.append(spe.shared_code(code.noises[index], start, length, self.contraction))
-            else:
-                codes.append(SharedCode(*self._codes(index, code, start, length), self.contraction))
+        codes = [self._codes(index, code, start, length) for index in range(len(self.spes))]
+        if self.contraction != "autograd":
+            codes = [SharedCode(qbar, kbar, self.contraction) for qbar, kbar in codes]
         return codes, code  # codes: one SharedCode (or (qbar, kbar), each (1, N, H, D, R)) per generator
 
     def _codes(self, index: int, code: PositionalCode, start: int, length: int

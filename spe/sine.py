@@ -8,7 +8,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from spe.contract import backend_for, compiled_kernels
-from spe.shared import SharedCode
 
 
 class SineSPE(nn.Module):
@@ -63,22 +62,6 @@ class SineSPE(nn.Module):
 
     def codes(self, noise: torch.Tensor, start: int, length: int):
         """(qbar, kbar) at positions start .. start+length-1, each (1, length, H, D, R), contiguous."""
-        omega_q, omega_k, z = self._factors(noise, start, length)
-        qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
-        return qbar.unsqueeze(0), kbar.unsqueeze(0)                     # (1, L, H, D, R)
-
-    def shared_code(self, noise: torch.Tensor, start: int, length: int, backend: Optional[str] = None
-                    ) -> SharedCode:
-        """`codes` as a SharedCode for several filters. On the compiled backend it is built from its
-        factors, and its gradient goes straight to them (no code-sized gradient buffer)."""
-        omega_q, omega_k, z = self._factors(noise, start, length)
-        if backend_for(z, backend) == "compiled":
-            return SharedCode.from_factors(omega_q, omega_k, z)
-        qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)
-        return SharedCode(qbar.unsqueeze(0), kbar.unsqueeze(0), backend)
-
-    def _factors(self, noise: torch.Tensor, start: int, length: int):
-        """The code's factors: omega_q, omega_k (L, H, D, 2K) and z (H, D, 2K, R), code = omega z."""
         expected = (self.num_heads, self.in_features, 2 * self.num_sines)
         if noise.dim() != 4 or tuple(noise.shape[:3]) != expected:
             raise ValueError(f"noise must have shape {expected + ('R',)}, got {tuple(noise.shape)}")
@@ -90,7 +73,8 @@ class SineSPE(nn.Module):
         gains = F.softplus(self.gains).repeat_interleave(2, dim=-1)      # (H, D, 2K), one per cos/sin
         scale = math.sqrt(2 * self.num_sines) * (r * self.in_features) ** 0.25  # sqrt(2K) (R D)^(1/4)
         z = noise * (gains / scale).unsqueeze(-1)                       # (H, D, 2K, R)
-        return omega_q, omega_k, z
+        qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
+        return qbar.unsqueeze(0), kbar.unsqueeze(0)                     # (1, L, H, D, R)
 
     def expected_template(self, length: int) -> torch.Tensor:
         """Exact R -> infinity kernel P_d(m, n) for m, n < length: (H, D, length, length)."""

@@ -242,96 +242,6 @@ std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor
   return {grad_omega, grad_z};
 }
 
-// The sineSPE code's gradient straight from (x, grad) pairs, never forming the (S, H, D, R) code
-// gradient: with G = sum_t x_t^T g_t per (s, h, d) row, grad_omega[s, h, d, :] += G z[h, d]^T and
-// grad_z[h, d] += omega[s, h, d, :]^T G. Both are linear in G, so several calls add up exactly.
-// Parallel over (s, h) blocks, each thread adding into its own copy of grad_z, summed at the end.
-void sine_factor_accumulate(at::Tensor& grad_omega, at::Tensor& grad_z, const at::Tensor& omega,
-                            const at::Tensor& z, const std::vector<at::Tensor>& xs,
-                            const std::vector<at::Tensor>& gs) {
-  TORCH_CHECK(omega.device().is_cpu() && omega.dim() == 4 && omega.is_contiguous(),
-              "omega must be a contiguous (S, H, D, J) CPU tensor");
-  TORCH_CHECK(z.dim() == 4 && z.is_contiguous() && z.scalar_type() == omega.scalar_type() &&
-              z.size(0) == omega.size(1) && z.size(1) == omega.size(2) && z.size(2) == omega.size(3),
-              "z must be a contiguous (H, D, J, R) tensor matching omega ", omega.sizes());
-  TORCH_CHECK(grad_omega.sizes() == omega.sizes() && grad_omega.is_contiguous() &&
-              grad_omega.scalar_type() == omega.scalar_type(), "grad_omega must be shaped like omega");
-  TORCH_CHECK(grad_z.sizes() == z.sizes() && grad_z.is_contiguous() && grad_z.scalar_type() == z.scalar_type(),
-              "grad_z must be shaped like z");
-  TORCH_CHECK(xs.size() == gs.size() && !xs.empty(), "need one grad per x, and at least one pair");
-  const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
-  int64_t rows_total = 0;
-  for (size_t t = 0; t < xs.size(); ++t) {
-    TORCH_CHECK(xs[t].dim() == 4 && xs[t].size(1) == S && xs[t].size(2) == H && xs[t].size(3) == D &&
-                xs[t].scalar_type() == omega.scalar_type(), "x must be (B, S, H, D) like omega");
-    TORCH_CHECK(gs[t].dim() == 4 && gs[t].size(0) == xs[t].size(0) && gs[t].size(1) == S &&
-                gs[t].size(2) == H && gs[t].size(3) == R && gs[t].scalar_type() == omega.scalar_type(),
-                "grad must be (B, S, H, R) like x and z");
-    rows_total += xs[t].size(0);
-  }
-  const int64_t zsize = H * D * J * R;
-  const int threads = at::get_num_threads();
-  dispatch(omega, [&](auto zero) {
-    using scalar_t = decltype(zero);
-    std::vector<scalar_t> partial(static_cast<size_t>(threads) * zsize, scalar_t(0));
-    const scalar_t* op = omega.data_ptr<scalar_t>();
-    const scalar_t* zp = z.data_ptr<scalar_t>();
-    scalar_t* gop = grad_omega.data_ptr<scalar_t>();
-    at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
-      scalar_t* part = partial.data() + static_cast<int64_t>(at::get_thread_num()) * zsize;
-      std::vector<scalar_t> rows(rows_total * R);  // grad rows of this block, (n, R)
-      std::vector<scalar_t> xv(D * rows_total);    // x values of this block, transposed (D, n)
-      std::vector<scalar_t> gd(R);                 // G of one (s, h, d) row
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t s = i / H, h = i % H;
-        int64_t k = 0;
-        for (size_t t = 0; t < xs.size(); ++t) {
-          const at::Tensor& x = xs[t];
-          const at::Tensor& g = gs[t];
-          const scalar_t* xp = x.data_ptr<scalar_t>() + s * x.stride(1) + h * x.stride(2);
-          const scalar_t* gp = g.data_ptr<scalar_t>() + s * g.stride(1) + h * g.stride(2);
-          for (int64_t b = 0; b < x.size(0); ++b, ++k) {
-            for (int64_t r = 0; r < R; ++r) rows[k * R + r] = gp[b * g.stride(0) + r * g.stride(3)];
-            for (int64_t d = 0; d < D; ++d) xv[d * rows_total + k] = xp[b * x.stride(0) + d * x.stride(3)];
-          }
-        }
-        for (int64_t d = 0; d < D; ++d) {
-          scalar_t* __restrict__ acc = gd.data();
-          std::fill(gd.begin(), gd.end(), scalar_t(0));
-          for (int64_t n = 0; n < rows_total; ++n) {
-            const scalar_t v = xv[d * rows_total + n];
-            const scalar_t* __restrict__ grow = rows.data() + n * R;
-#pragma omp simd
-            for (int64_t r = 0; r < R; ++r) acc[r] += v * grow[r];
-          }
-          const int64_t row = i * D + d;  // (s, h, d)
-          const scalar_t* w = op + row * J;
-          scalar_t* go = gop + row * J;
-          const scalar_t* zb = zp + (h * D + d) * J * R;
-          scalar_t* pz = part + (h * D + d) * J * R;
-          for (int64_t j = 0; j < J; ++j) {
-            const scalar_t* __restrict__ zr = zb + j * R;
-            scalar_t* __restrict__ pzr = pz + j * R;
-            const scalar_t wj = w[j];
-            scalar_t sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t r = 0; r < R; ++r) {
-              sum += acc[r] * zr[r];
-              pzr[r] += wj * acc[r];
-            }
-            go[j] += sum;
-          }
-        }
-      }
-    });
-    scalar_t* gzp = grad_z.data_ptr<scalar_t>();
-    for (int t = 0; t < threads; ++t) {
-      const scalar_t* part = partial.data() + static_cast<int64_t>(t) * zsize;
-      for (int64_t e = 0; e < zsize; ++e) gzp[e] += part[e];
-    }
-  });
-}
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -340,7 +250,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &contract_backward, "gx[b,s,h,d] = sum_r g[b,s,h,r] code[s,h,d,r]");
   m.def("sine_code", &sine_code, "code[s,h,d,r] = sum_j omega[s,h,d,j] z[h,d,j,r]");
   m.def("sine_code_backward", &sine_code_backward, "(grad_omega, grad_z) of sine_code");
-  m.def("sine_factor_accumulate", &sine_factor_accumulate,
-        "grad_omega += G z^T, grad_z += omega^T G with G = sum_t x_t^T g_t, per (s, h, d)");
   m.def("accumulate", &contract_accumulate, "buf[s,h,d,r] += sum_t sum_b x_t[b,s,h,d] g_t[b,s,h,r]");
 }

@@ -64,8 +64,7 @@ def generators():
 @pytest.mark.parametrize("make", [0, 1], ids=["sine", "conv"])
 def test_shared_code_equals_tuple_path_values_and_gradients(backend, gated, make):
     """Three filters (layers) sharing one code over a prefix of it: outputs and every gradient
-    (inputs, gates, generator parameters) equal those of the plain tuple path; for sineSPE also
-    with the code given by its factors (`SineSPE.shared_code`, gradients straight to the factors)."""
+    (inputs, gates, generator parameters) equal those of the plain tuple path."""
     torch.manual_seed(1)
     pe = generators()[make].double()
     filters = [SPEFilter(gated, (H, D)).double() for _ in range(3)]
@@ -76,11 +75,8 @@ def test_shared_code_equals_tuple_path_values_and_gradients(backend, gated, make
     weights = torch.randn(B, N, H, R, dtype=torch.float64)
 
     def run(shared):
-        if shared == "factors":                                         # sineSPE's own SharedCode
-            code = pe.shared_code(noise, 0, N + 4, backend)
-        else:
-            code = pe.codes(noise, 0, N + 4)                            # longer than the inputs
-            code = SharedCode(*code, backend=backend) if shared else code
+        code = pe.codes(noise, 0, N + 4)                                # longer than the inputs
+        code = SharedCode(*code, backend=backend) if shared else code
         loss = 0
         outs = []
         for filt, (q, k), e in zip(filters, inputs, eps):
@@ -91,11 +87,9 @@ def test_shared_code_equals_tuple_path_values_and_gradients(backend, gated, make
         leaves = [t for pair in inputs for t in pair] + params
         return outs, torch.autograd.grad(loss, leaves)
 
-    reference = run(False)
-    for mode in [True] + (["factors"] if make == 0 else []):
-        shared = run(mode)
-        for got, want in zip(shared[0] + list(shared[1]), reference[0] + list(reference[1])):
-            torch.testing.assert_close(got, want)
+    reference, shared = run(False), run(True)
+    for got, want in zip(shared[0] + list(shared[1]), reference[0] + list(reference[1])):
+        torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -176,17 +170,3 @@ def test_compiled_sine_code_equals_einsum_values_and_gradients():
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     assert torch.autograd.gradcheck(_SineCode.apply, (omega[:3], z))
-
-
-def test_factor_code_needs_the_compiled_backend():
-    pe = SineSPE(H, D, R, 2)
-    omega_q, omega_k, z = pe._factors(pe.draw_noise(N, R), 0, N)
-    if not compiled_available():
-        with pytest.raises(ValueError, match="compiled spe_kernels"):
-            SharedCode.from_factors(omega_q, omega_k, z)
-        return
-    with pytest.raises(ValueError, match="compiled spe_kernels"):
-        SharedCode.from_factors(omega_q.half(), omega_k.half(), z.half())
-    code = SharedCode.from_factors(omega_q, omega_k, z)
-    qbar, kbar = pe.codes(pe.draw_noise(N, R), 0, N)
-    assert code.shape == (1, N, H, D, R) == qbar.shape
