@@ -1,29 +1,29 @@
-"""Command-line plumbing shared by spe-generate and spe-evaluate.
+"""Command-line plumbing shared by every command (spe-train, spe-generate, spe-evaluate, spe-studio).
 
-- bad input ends with ONE line on stderr (`prog: error: reason`) and a non-zero exit status;
-- output files are written under temporary names in their final folder and renamed only when every
-  output of the command succeeded, so a failure never leaves half-written files behind;
-- checkpoints are found the same way everywhere (run dir, checkpoint dir, or the shipped `pretrained/`).
+Exit statuses, the same for every command:
+- 0: done;
+- 1: the command could not finish: an I/O failure (disk full, unreadable file) or a failure the
+  command declares (training diverged), reported on ONE stderr line (`prog: error: reason`);
+- 2: bad input: arguments, config, checkpoint, corpus or MIDI files (argparse's own status too),
+  reported on one line;
+- 130: interrupted (Ctrl-C).
+Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
-from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Callable, NoReturn
 
 import torch
 
-logger = logging.getLogger(__name__)
+from training.checkpoint import PRETRAINED
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PRETRAINED = REPO_ROOT / "pretrained"  # the model shipped with the repository (when present)
-
-# Exceptions that mean bad input or an unusable environment (not a bug): reported on one line.
-USER_ERRORS = (ValueError, OSError, RuntimeError, KeyError, ImportError)
+EXIT_FAILURE = 1  # the command could not finish (I/O failure, or one of its declared failures)
+EXIT_BAD_INPUT = 2  # bad arguments, config or input files
+EXIT_INTERRUPTED = 130  # Ctrl-C
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -34,62 +34,32 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def run_app(prog: str, body: Callable[[], None]) -> int:
-    """Run a command's body; expected errors become one stderr line and exit status 1."""
+def run_app(prog: str, body: Callable[[], int | None],
+            failures: tuple[type[BaseException], ...] = ()) -> int:
+    """Run a command's body; returns its exit status (None: 0) or that of its error (see the
+    module docstring).
+
+    ValueError (bad input, TokenizationError included) -> 2; OSError and the command's declared
+    `failures` -> 1; each on one stderr line. Everything else propagates with its traceback.
+    """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        body()
-    except USER_ERRORS as error:
-        message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        sys.stderr.write(f"{prog}: error: {message}\n".replace("\n", " ").rstrip() + "\n")
-        return 1
+        status = body()
+    except ValueError as error:
+        _error_line(prog, error)
+        return EXIT_BAD_INPUT
+    except (OSError, *failures) as error:
+        _error_line(prog, error)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
-        return 130
-    return 0
+        return EXIT_INTERRUPTED
+    return status or 0
 
 
-class AtomicOutputs:
-    """Context manager: `temp(final)` names a temporary file beside `final`; all are renamed on
-    success and all are deleted if the block raises.
-
-        with AtomicOutputs() as outputs:
-            midi.dump(outputs.temp("song.mid"))
-    """
-
-    def __init__(self) -> None:
-        self.pending: dict[Path, Path] = {}  # temporary path -> final path
-
-    def temp(self, final: str | Path) -> Path:
-        final = Path(final)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        temp = final.with_name(f".{final.stem}.partial-{os.getpid()}{final.suffix}")  # keeps the suffix
-        self.pending[temp] = final
-        return temp
-
-    def discard(self, final: str | Path) -> None:
-        """Give up an optional output: delete its temporary file, do not create it."""
-        for temp, target in list(self.pending.items()):
-            if target == Path(final):
-                temp.unlink(missing_ok=True)
-                del self.pending[temp]
-
-    def __enter__(self) -> AtomicOutputs:
-        return self
-
-    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
-        if error is None:
-            for temp, final in self.pending.items():
-                if not temp.exists():
-                    raise RuntimeError(f"output {final} was not written")
-            for temp, final in self.pending.items():
-                os.replace(temp, final)
-                logger.info("wrote %s", final)
-        else:
-            for temp in self.pending:
-                temp.unlink(missing_ok=True)
-        self.pending.clear()
+def _error_line(prog: str, error: BaseException) -> None:
+    sys.stderr.write(f"{prog}: error: {error}".replace("\n", " ").rstrip() + "\n")
 
 
 def checkpoint_argument(parser: argparse.ArgumentParser, repeat: bool = False) -> None:
@@ -109,31 +79,3 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available")
     return torch.device(name)
-
-
-def load_model(path: str | Path | None, device: torch.device) -> Any:
-    """apps.checkpoint.load_checkpoint with the pretrained default and one-line errors."""
-    from apps.checkpoint import load_checkpoint
-
-    if path is None:
-        if not PRETRAINED.exists():
-            raise ValueError(f"no --checkpoint given and no shipped model at {PRETRAINED}")
-        path = PRETRAINED
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"checkpoint not found: {path}")
-    try:
-        ckpt = load_checkpoint(path, device=device)
-    except USER_ERRORS as error:
-        raise ValueError(f"cannot load checkpoint {path}: {error}") from None
-    ckpt.model.eval()
-    logger.info("loaded %s (step %s, pe=%s, %s tokens)", path, ckpt.step, ckpt.model.cfg.pe,
-                ckpt.tokenizer.vocab_size)
-    return ckpt
-
-
-def seeded_generator(seed: int, device: torch.device) -> torch.Generator:
-    """A torch.Generator on `device` seeded with `seed` (positional codes and sampling)."""
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    return generator

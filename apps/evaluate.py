@@ -21,7 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from apps.cli import OneLineParser, checkpoint_argument, load_model, resolve_device, run_app
+from apps.cli import OneLineParser, checkpoint_argument, resolve_device, run_app
+from training.checkpoint import load_model
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ def held_out_pieces(args: argparse.Namespace, ckpt: Any) -> tuple[list[Any], lis
 
 
 def run_nll(args: argparse.Namespace) -> None:
-    from apps.eval_nll import evaluate_nll, write_nll_outputs
+    from evaluation.nll import evaluate_nll, write_nll_outputs
 
     models = load_models(args)
     for label, ckpt in models[1:]:
@@ -176,7 +177,7 @@ def run_nll(args: argparse.Namespace) -> None:
 
 
 def run_groove(args: argparse.Namespace) -> None:
-    from apps.eval_groove import evaluate_groove, write_groove_outputs
+    from evaluation.groove import evaluate_groove, write_groove_outputs
 
     models = load_models(args)
     for label, ckpt in models:
@@ -191,7 +192,7 @@ def run_groove(args: argparse.Namespace) -> None:
 
 
 def run_pe(args: argparse.Namespace) -> None:
-    from apps.eval_pe import head_properties, write_properties
+    from evaluation.pe import head_properties, write_properties
 
     results = []
     for label, ckpt in load_models(args):
@@ -213,7 +214,7 @@ def repeated_token(tokenizer: Any, name: str | None) -> int:
 
 
 def run_templates(args: argparse.Namespace) -> None:
-    from apps.eval_pe import write_templates
+    from evaluation.pe import write_templates
 
     for label, ckpt in load_models(args):
         for path in write_templates(ckpt.model, label, Path(args.out), args.length, args.layers,
@@ -222,9 +223,9 @@ def run_templates(args: argparse.Namespace) -> None:
 
 
 def run_quality(args: argparse.Namespace) -> None:
-    from apps.eval_quality import (MODES, QualityOptions, evaluate_quality, real_pieces_from_folder,
+    from evaluation.quality import (MODES, QualityOptions, evaluate_quality, real_pieces_from_folder,
                                    real_pieces_from_ids)
-    from apps.sampling import SamplingConfig
+    from generation.sampling import SamplingConfig
 
     models = load_models(args)
     first = models[0][1]

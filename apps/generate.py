@@ -5,7 +5,7 @@
                  [--num-samples 4] [--no-audio]
 
 Writes song.mid, song.txt (one token per line), song.png (piano roll), song.wav and song.ogg (rendered
-offline with a General MIDI SoundFont, see apps/audio.py; --no-audio skips them). With --num-samples N
+offline with a General MIDI SoundFont, see generation/audio.py; --no-audio skips them). With --num-samples N
 the N samples are decoded as one batch and written as song_1.mid ... song_N.mid (and their .txt, ...).
 Decoding is recurrent (O(1) per token) with one positional code drawn for prompt + new tokens; sampling
 is grammar-constrained unless --no-constraints. Defaults of the sampling options come from the
@@ -19,11 +19,12 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from apps.cli import (AtomicOutputs, OneLineParser, checkpoint_argument, load_model, resolve_device,
-                      run_app, seeded_generator)
-from apps.audio import AudioConfig, render_files
-from apps.pianoroll import roll_notes, save_pianoroll
-from apps.sampling import GenerationResult, SamplingConfig, generate_batch
+from apps.cli import OneLineParser, checkpoint_argument, resolve_device, run_app
+from generation.audio import AudioConfig, render_files
+from generation.outputs import AtomicOutputs
+from generation.pianoroll import roll_notes, save_pianoroll
+from generation.sampling import GenerationResult, SamplingConfig, generate_batch, seeded_generator
+from training.checkpoint import load_model
 
 logger = logging.getLogger(__name__)
 

@@ -23,12 +23,11 @@ from typing import Any, Callable
 
 import torch
 
-from apps.audio import AudioConfig
-from apps.cli import PRETRAINED, USER_ERRORS, load_model, seeded_generator
 from apps.generate import bar_stop, start_ids, write_piece
-from apps.sampling import Decoder, GenerationResult, SamplingConfig
+from generation.audio import AudioConfig
+from generation.sampling import Decoder, GenerationResult, SamplingConfig, seeded_generator
 from groove import GrooveTokenizer
-from tokenization import TokenizationError
+from training.checkpoint import PRETRAINED, load_model
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +200,7 @@ class StudioSession:
         if key not in self.checkpoints:
             try:
                 self.checkpoints = {key: load_model(path, self.device)}  # keep one model in memory
-            except USER_ERRORS as error:
+            except ValueError as error:  # load_model reports every unusable checkpoint so
                 raise StudioError(str(error)) from None
         return self.checkpoints[key]
 
@@ -212,7 +211,7 @@ class StudioSession:
             raise StudioError(f"prompt bars must be >= 1, got {bars}")
         try:
             ids = [int(i) for i in tokenizer.encode(path)]
-        except (TokenizationError, *USER_ERRORS) as error:
+        except (ValueError, OSError) as error:  # TokenizationError is a ValueError
             raise StudioError(f"cannot read {path.name} as a prompt: {error}") from None
         while ids and ids[-1] == tokenizer.eos_id:
             ids.pop()
@@ -273,7 +272,7 @@ class StudioSession:
         """Groove with an uploaded piece: style similarity of each continuation's quarters to it."""
         if self.reference is None:
             return []
-        from apps.eval_groove import score_continuation
+        from evaluation.groove import score_continuation
 
         rows = []
         for i, result in enumerate(results):

@@ -37,8 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from apps.config import load_config
-from apps.train import DistEnv, prepare_corpus
+from training.config import load_config
+from training.trainer import prepare_corpus
 
 logger = logging.getLogger("extrapolation")
 
@@ -99,7 +99,7 @@ def train(run: Run, steps: int, threads: int) -> float:
 
 def build_corpus_once(run: Run) -> None:
     """Build the run's corpus here, before parallel training processes would race to build it."""
-    prepare_corpus(load_config("demo", run.overrides), DistEnv(rank=0, local_rank=0, world=1))
+    prepare_corpus(load_config("demo", run.overrides).data)
 
 
 def train_all(runs: list[Run], steps: int, jobs: int) -> None:

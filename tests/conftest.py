@@ -1,6 +1,6 @@
-"""Small real MIDI files made from the public-domain scores bundled with music21.
-
-Built once per test session into a temporary folder (parsing + MIDI export takes ~0.2-0.9 s a score).
+"""Shared fixtures: small real MIDI files made from the public-domain scores bundled with music21
+(built once per test session into a temporary folder; parsing + MIDI export takes ~0.2-0.9 s a
+score), and one thread for the end-to-end tests of tiny models.
 """
 
 from __future__ import annotations
@@ -48,3 +48,21 @@ def midi_folder(midi_files, tmp_path_factory) -> Path:
     (folder / "empty.mid").write_bytes(b"")
     (folder / "not_midi.mid").write_text("this is not a MIDI file")
     return folder
+
+
+ONE_THREAD_FOLDERS = ("apps", "training", "generation", "evaluation")  # tests of tiny models run end to end
+
+
+@pytest.fixture(autouse=True)
+def one_thread(request):
+    """In ONE_THREAD_FOLDERS, one intra-op thread: tiny tensors avoid thread-synchronisation
+    overhead on loaded CPUs, and runs stay reproducible."""
+    if request.path.parent.name not in ONE_THREAD_FOLDERS:
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

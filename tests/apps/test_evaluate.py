@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from apps.checkpoint import save_checkpoint
-from apps.config import RunConfig
-from apps.eval_groove import score_continuation
-from apps.eval_pe import monotonicity, translation_invariance
+from training.checkpoint import save_checkpoint
+from training.config import RunConfig
+from evaluation.groove import score_continuation
+from evaluation.pe import monotonicity, translation_invariance
 from apps.evaluate import main
 from data import build_groove_corpus, build_midi_folder_corpus
 from groove import GrooveTokenizer
@@ -185,8 +185,8 @@ def test_templates_write_one_png_per_layer(runs, tmp_path):
 
 
 def test_gated_templates_apply_the_gate(runs):
-    from apps.checkpoint import load_checkpoint
-    from apps.eval_pe import gated_templates
+    from training.checkpoint import load_checkpoint
+    from evaluation.pe import gated_templates
 
     model = load_checkpoint(runs["sine_spe"]).model
     raw = model.spe.expected_template(8).double()  # (H, D, L, L)

@@ -8,7 +8,7 @@ import miditoolkit
 import numpy as np
 import pytest
 
-from apps.audio import AudioConfig, read_wav, tick_to_seconds
+from generation.audio import AudioConfig, read_wav, tick_to_seconds
 from apps.generate import main
 from groove import GrooveTokenizer
 from remi import REMITokenizer

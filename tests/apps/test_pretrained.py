@@ -2,8 +2,8 @@
 
 import miditoolkit
 
-from apps.checkpoint import load_checkpoint
-from apps.cli import PRETRAINED
+from training.checkpoint import load_checkpoint
+from training.checkpoint import PRETRAINED
 from apps.generate import main
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import miditoolkit
 import pytest
 
-from apps.audio import read_wav
-from apps.cli import PRETRAINED
+from generation.audio import read_wav
+from training.checkpoint import PRETRAINED
 from apps.generate import count_bars
 from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, Request, StudioError, StudioSession, check_upload,
                                  model_choices)

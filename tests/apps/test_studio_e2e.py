@@ -13,7 +13,7 @@ import socket
 import urllib.request
 import pytest
 
-from apps.cli import PRETRAINED
+from training.checkpoint import PRETRAINED
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 DRIVER = shutil.which("chromedriver")

@@ -17,8 +17,9 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 import apps.train as train
-from apps.checkpoint import list_checkpoints, load_checkpoint
+import training.trainer as trainer
 from model import MusicPerformer
+from training.checkpoint import list_checkpoints, load_checkpoint
 
 TINY = {
     "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 64, "dropout": 0.1, "pe": "sine_spe",
@@ -128,7 +129,7 @@ def test_existing_run_needs_resume(tmp_path, corpus_root, capsys):
 
 def test_nan_loss_stops_with_a_message(tmp_path, corpus_root, monkeypatch, capsys):
     config = config_file(tmp_path, corpus_root, train={"ckpt_every": 1})
-    original_loss = train.token_loss
+    original_loss = trainer.token_loss
     calls = []
 
     def poisoned(logits, targets, reduction="mean"):
@@ -136,7 +137,7 @@ def test_nan_loss_stops_with_a_message(tmp_path, corpus_root, monkeypatch, capsy
         loss = original_loss(logits, targets, reduction)
         return loss * math.nan if len(calls) == 3 else loss
 
-    monkeypatch.setattr(train, "token_loss", poisoned)
+    monkeypatch.setattr(trainer, "token_loss", poisoned)
     out = tmp_path / "run"
     assert train.main(["--config", str(config), "--out", str(out)]) == 1
     assert "nan" in capsys.readouterr().err.lower()
@@ -167,11 +168,11 @@ def test_unreadable_corpus_is_refused(tmp_path, corpus_root, capsys):
 
 
 def test_learning_rate_schedule():
-    from apps.config import apply_overrides, RunConfig
+    from training.config import apply_overrides, RunConfig
 
     cfg = apply_overrides(RunConfig(), ["train.lr=1e-3", "train.min_lr=1e-5", "train.warmup_steps=10",
                                         "train.max_steps=110"])
-    rates = [train.learning_rate(step, cfg) for step in range(111)]
+    rates = [trainer.learning_rate(step, cfg) for step in range(111)]
     assert rates[0] == pytest.approx(1e-4) and rates[9] == pytest.approx(1e-3)
     assert rates[10] == pytest.approx(1e-3) and rates[60] == pytest.approx((1e-3 + 1e-5) / 2)
     assert rates[110] == pytest.approx(1e-5)

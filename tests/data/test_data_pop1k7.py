@@ -200,7 +200,7 @@ def test_builder_skips_bad_files(tmp_path):
 
 def test_train_builds_pop1k7_from_the_release_root(tmp_path):
     import data
-    from apps.config import RunConfig
+    from training.config import RunConfig
     from apps.train import build_corpus
 
     write_release(tmp_path / "Pop1K7")

@@ -9,7 +9,7 @@ import pytest
 from miditoolkit import Instrument, Note, TempoChange, TimeSignature
 
 import data
-from apps.config import RunConfig
+from training.config import RunConfig
 from apps.train import build_corpus
 from data import SPLITS, build_pop909_corpus
 from data.pop909 import merge_tracks, pop909_files

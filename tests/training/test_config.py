@@ -1,11 +1,11 @@
-"""apps.config: YAML loading, unknown keys, type errors, --set overrides, round trip."""
+"""training.config: YAML loading, unknown keys, type errors, --set overrides, round trip."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from apps.config import CONFIG_DIR, RunConfig, apply_overrides, load_config, save_config
+from training.config import CONFIG_DIR, RunConfig, apply_overrides, load_config, save_config
 
 
 def write(tmp_path, values, name="run.yaml"):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from apps.sampling import (Decoder, GrammarDeadEnd, SamplingConfig, check_length, extend_code, generate,
+from generation.sampling import (Decoder, GrammarDeadEnd, SamplingConfig, check_length, extend_code, generate,
                            generate_batch, sample_next, sampling_probabilities)
 from model import ModelConfig, MusicPerformer
 from remi import REMITokenizer

@@ -26,8 +26,8 @@ from typing import Any, Sequence
 
 import torch
 
-from apps.checkpoint import load_weights, read_meta, resolve_checkpoint
-from apps.config import RunConfig, apply_overrides, load_config
+from training.checkpoint import PRETRAINED, load_weights, read_meta, resolve_checkpoint
+from training.config import RunConfig, apply_overrides, load_config
 from model import MusicPerformer
 
 logger = logging.getLogger(__name__)
@@ -51,8 +51,6 @@ class InitSource:
 
 def resolve_source(given: str) -> InitSource:
     """The checkpoint named by --init-from ('pretrained', a run or a checkpoint directory)."""
-    from apps.cli import PRETRAINED
-
     path = PRETRAINED if given == PRETRAINED_NAME else Path(given)
     if not path.exists():
         raise ValueError(f"--init-from {given}: not found (give '{PRETRAINED_NAME}', a run directory or a "

@@ -11,10 +11,10 @@ import miditoolkit
 import numpy as np
 import pytest
 
-from apps.eval_quality import (RealPiece, continuation_start, drop_leading_silence, measure, prompt_of,
+from evaluation.quality import (RealPiece, continuation_start, drop_leading_silence, measure, prompt_of,
                                statistics, target_met)
 from apps.evaluate import main
-from apps.quality_metrics import METRIC_NAMES, NotePiece, bar_lines, from_midi, piece_metrics
+from evaluation.quality_metrics import METRIC_NAMES, NotePiece, bar_lines, from_midi, piece_metrics
 from cli_helpers import exit_status
 from remi import REMITokenizer
 
@@ -239,7 +239,7 @@ def test_quality_bad_input_is_one_line(case, tmp_path, capsys):
         args += ["--pieces", "0"]
     if case == "missing_corpus":
         args = ["quality", "--corpus", str(tmp_path / "nope"), "--out", str(tmp_path / "out"), "--no-progress"]
-    assert exit_status(main, args) == 1
+    assert exit_status(main, args) == 2  # bad input (apps/cli.py)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("spe-evaluate: error: ")
     assert {"missing_real_folder": "no such folder", "empty_real_folder": "no MIDI files",

@@ -1,4 +1,4 @@
-"""Generation quality measured against real music: `spe-evaluate quality` (metrics: apps.quality_metrics).
+"""Generation quality measured against real music: `spe-evaluate quality` (metrics: evaluation.quality_metrics).
 
 Two modes, each comparing generated pieces with real ones measured the same way:
 
@@ -12,7 +12,7 @@ Two modes, each comparing generated pieces with real ones measured the same way:
 Real pieces are the held-out split of the checkpoint's corpus or any folder of MIDI files (tokenised with
 the checkpoint's tokenizer), so that both sides are on the same grid; `full_real` measures the whole
 real pieces instead of the same number of tokens. Generation is recurrent and grammar-constrained
-(apps.sampling); one torch.Generator seeded once drives every draw, so a run is reproducible.
+(generation.sampling); one torch.Generator seeded once drives every draw, so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from apps.cli import AtomicOutputs
+from generation.outputs import AtomicOutputs
 from apps.generate import start_ids, write_midi
-from apps.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
-from apps.sampling import SamplingConfig, generate
+from evaluation.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
+from generation.sampling import SamplingConfig, generate
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def evaluate_quality(models: Sequence[tuple[str, Any]], options: Sequence[Qualit
                      real: Sequence[RealPiece], reference: str, out_dir: Path) -> str:
     """Measure the real pieces and every model's generations; write the outputs; return the tables.
 
-    models: (label, apps.checkpoint.Checkpoint), all with the same vocabulary; options: one per model
+    models: (label, training.checkpoint.Checkpoint), all with the same vocabulary; options: one per model
     (they differ only in sampling); reference: the real pieces' origin, in words.
     """
     if not real:
@@ -244,7 +244,7 @@ def evaluate_quality(models: Sequence[tuple[str, Any]], options: Sequence[Qualit
 class Comparison:
     mode: str  # unconditional or continuation
     model: str  # model label
-    metric: Any  # apps.quality_metrics.Metric
+    metric: Any  # evaluation.quality_metrics.Metric
     generated: tuple[float, float, int]  # mean, standard deviation, pieces with a value
     real: tuple[float, float, int]  # the same for the real pieces
     met: bool | None  # whether the target is met (None: undefined)

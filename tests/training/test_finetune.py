@@ -12,8 +12,8 @@ import pytest
 from safetensors.torch import load_file
 
 import apps.train as train
-from apps.checkpoint import list_checkpoints, load_checkpoint, read_meta
-from apps.cli import PRETRAINED
+from training.checkpoint import list_checkpoints, load_checkpoint, read_meta
+from training.checkpoint import PRETRAINED
 
 SCALE = [60, 62, 64, 65, 67, 69, 71]
 
@@ -110,7 +110,7 @@ def test_unknown_source_is_refused(tmp_path, capsys):
 
 
 def test_shape_free_overrides_pass_and_the_run_is_named_after_the_source():
-    from apps.finetune import finetune_config, resolve_source
+    from training.finetune import finetune_config, resolve_source
 
     source = resolve_source("pretrained")
     assert source.name == "pretrained" and source.meta["step"] == read_meta(PRETRAINED)["step"]

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from apps.cli import AtomicOutputs
+from generation.outputs import AtomicOutputs
 from model import MusicPerformer
 
 logger = logging.getLogger(__name__)

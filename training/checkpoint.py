@@ -34,12 +34,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from apps.config import RunConfig
+from training.config import RunConfig
 from model import MusicPerformer
 from tokenization import BaseTokenizer
 
 logger = logging.getLogger(__name__)
 
+PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"  # the shipped model (when present)
 FORMAT_VERSION = 1
 # module defining each tokenizer class (imported on demand: BaseTokenizer.from_dict needs it registered)
 TOKENIZER_MODULES = {"REMITokenizer": "remi", "GrooveTokenizer": "groove"}
@@ -308,3 +309,22 @@ def restore_rng(state: RngState) -> None:
 def _plain(value: Any) -> Any:
     """numpy scalars -> python scalars (for JSON)."""
     return value.item() if isinstance(value, np.generic) else value
+
+
+def load_model(path: str | Path | None, device: str | torch.device = "cpu") -> Checkpoint:
+    """`load_checkpoint` for the commands: `path` None means the shipped model (PRETRAINED), and
+    a missing, incomplete or mismatched checkpoint is a ValueError naming it."""
+    if path is None:
+        if not PRETRAINED.exists():
+            raise ValueError(f"no --checkpoint given and no shipped model at {PRETRAINED}")
+        path = PRETRAINED
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"checkpoint not found: {path}")
+    try:
+        ckpt = load_checkpoint(path, device=device)
+    except (ValueError, OSError, KeyError) as error:  # KeyError: a meta.json without a required field
+        raise ValueError(f"cannot load checkpoint {path}: {error}") from None
+    logger.info("loaded %s (step %s, pe=%s, %s tokens)", path, ckpt.step, ckpt.model.cfg.pe,
+                ckpt.tokenizer.vocab_size)
+    return ckpt

@@ -1,4 +1,4 @@
-"""apps.checkpoint: safetensors/JSON round trip of weights, optimizer and RNG; refusal of mismatches."""
+"""training.checkpoint: safetensors/JSON round trip of weights, optimizer and RNG; refusal of mismatches."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from apps.checkpoint import capture_rng, list_checkpoints, load_checkpoint, resolve_checkpoint, \
+from training.checkpoint import capture_rng, list_checkpoints, load_checkpoint, resolve_checkpoint, \
     restore_rng, restore_training, save_checkpoint
-from apps.config import apply_overrides, RunConfig
+from training.config import apply_overrides, RunConfig
 from model import MusicPerformer
 from remi import REMITokenizer
 

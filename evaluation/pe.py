@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from apps.cli import AtomicOutputs
+from generation.outputs import AtomicOutputs
 from model import MusicPerformer
 
 logger = logging.getLogger(__name__)

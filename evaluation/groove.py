@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from apps.cli import AtomicOutputs
-from apps.sampling import SamplingConfig, generate
+from generation.outputs import AtomicOutputs
+from generation.sampling import SamplingConfig, generate
 
 logger = logging.getLogger(__name__)
 

@@ -316,3 +316,10 @@ def _check_allowed(grammar: Any, token: int, tokenizer: Any, position: int) -> N
     if not bool(np.asarray(grammar.allowed())[token]):
         raise ValueError(f"the prompt breaks the tokenizer's grammar at position {position}: token "
                          f"{tokenizer.vocab.token(token)!r} is not allowed there")
+
+
+def seeded_generator(seed: int, device: torch.device) -> torch.Generator:
+    """A torch.Generator on `device` seeded with `seed` (positional codes and sampling)."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator

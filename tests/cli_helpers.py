@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from apps.checkpoint import save_checkpoint
-from apps.config import RunConfig
+from training.checkpoint import save_checkpoint
+from training.config import RunConfig
 from model import MusicPerformer
 
 

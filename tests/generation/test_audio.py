@@ -6,7 +6,7 @@ import miditoolkit
 import numpy as np
 import pytest
 
-from apps.audio import (DRUM_CHANNEL, AudioConfig, ChannelProgram, as_midi, channel_plan, default_soundfont,
+from generation.audio import (DRUM_CHANNEL, AudioConfig, ChannelProgram, as_midi, channel_plan, default_soundfont,
                         normalise, read_wav, render, render_files, tick_to_seconds)
 from groove import GrooveTokenizer
 
