@@ -20,7 +20,7 @@ def raising(error: BaseException):
 
 @pytest.mark.parametrize("error, status", [
     (ValueError("bad --tokens"), EXIT_BAD_INPUT),
-    (TokenizationError("song.mid: not a MIDI file"), EXIT_BAD_INPUT),
+    (TokenizationError("song.mid", "not a MIDI file"), EXIT_BAD_INPUT),
     (OSError("disk full"), EXIT_FAILURE),
     (Declared("loss is nan"), EXIT_FAILURE),
 ])
