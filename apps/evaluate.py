@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     nll.add_argument("--max-len", type=int, default=None,
                      help="tokens per piece (default: twice the training crop length)")
     nll.add_argument("--max-pieces", type=int, default=None, help="use at most this many pieces")
+    nll.add_argument("--full-length", action="store_true",
+                     help="only pieces that reach --max-len, so that every position averages the same "
+                          "pieces")
     nll.add_argument("--smooth", type=int, default=64,
                      help="moving-average window of the plot (default: %(default)s)")
 
@@ -140,8 +143,9 @@ def default_label(checkpoint_dir: Path) -> str:
     return checkpoint_dir.name
 
 
-def held_out_pieces(args: argparse.Namespace, ckpt: Any) -> tuple[list[Any], list[str]]:
-    """Pieces (and names) of the chosen split of the corpus, checked against the tokenizer."""
+def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0) -> tuple[list[Any], list[str]]:
+    """Pieces (and names) of the chosen split of the corpus, checked against the tokenizer; with
+    `min_tokens`, only the pieces at least that long (before --max-pieces is applied)."""
     from data import load_corpus
 
     root = Path(args.corpus or ckpt.config.data.root)
@@ -155,10 +159,15 @@ def held_out_pieces(args: argparse.Namespace, ckpt: Any) -> tuple[list[Any], lis
     if split is None:  # held out: test, else valid
         split = "test" if corpus.pieces("test") else "valid"
     pieces, names = list(corpus.pieces(split)), list(corpus.names(split))
+    if min_tokens:
+        kept = [i for i, piece in enumerate(pieces) if len(piece) >= min_tokens]
+        logger.info("%d of %d %s pieces reach %d tokens", len(kept), len(pieces), split, min_tokens)
+        pieces, names = [pieces[i] for i in kept], [names[i] for i in kept]
     if args.max_pieces is not None:
         pieces, names = pieces[:args.max_pieces], names[:args.max_pieces]
     if not pieces:
-        raise ValueError(f"corpus {root} has no pieces in split {split!r}")
+        raise ValueError(f"corpus {root} has no pieces in split {split!r}"
+                         + (f" of at least {min_tokens} tokens" if min_tokens else ""))
     logger.info("%d %s pieces from %s", len(pieces), split, root)
     return pieces, names
 
@@ -170,8 +179,8 @@ def run_nll(args: argparse.Namespace) -> None:
     for label, ckpt in models[1:]:
         if ckpt.tokenizer.vocab.tokens != models[0][1].tokenizer.vocab.tokens:
             raise ValueError(f"{label} uses another vocabulary than {models[0][0]}: NLLs are not comparable")
-    pieces, _ = held_out_pieces(args, models[0][1])
     max_len = args.max_len or 2 * max(ckpt.config.data.crop_len for _, ckpt in models)
+    pieces, _ = held_out_pieces(args, models[0][1], min_tokens=max_len + 1 if args.full_length else 0)
     curves = evaluate_nll(models, pieces, max_len, args.seed, progress=not args.no_progress)
     print(write_nll_outputs(curves, Path(args.out), args.smooth), end="")
 

@@ -111,6 +111,22 @@ def test_nll_of_a_random_model_is_about_log_vocab(runs, remi_corpus, tmp_path, c
     assert table in capsys.readouterr().out and "beyond / within" in table
 
 
+def test_nll_full_length_averages_the_same_pieces_at_every_position(runs, remi_corpus, tmp_path, capsys):
+    from data import load_corpus
+
+    lengths = sorted(len(p) for p in load_corpus(remi_corpus).pieces("train"))  # 4 pieces
+    max_len = lengths[1] - 1  # the shortest piece cannot reach it, the others can
+    reaching = sum(n >= max_len + 1 for n in lengths)
+    assert 0 < reaching < 4
+    out = tmp_path / "nll"
+    assert main(["nll", "--checkpoint", str(runs["sine_spe"]), "--split", "train", "--max-len", str(max_len),
+                 "--full-length", "--out", str(out), "--no-progress"]) == 0
+    assert [int(r["count"]) for r in read_csv(out / "nll.csv")] == [reaching] * max_len
+    assert main(["nll", "--checkpoint", str(runs["sine_spe"]), "--split", "train", "--max-len",
+                 str(lengths[-1]), "--full-length", "--out", str(out), "--no-progress"]) == 2
+    assert f"of at least {lengths[-1] + 1} tokens" in capsys.readouterr().err
+
+
 def test_nll_learned_ape_stops_at_its_table(runs, tmp_path):
     out = tmp_path / "nll"
     assert main(["nll", "--checkpoint", str(runs["learned_ape"]), "--split", "train", "--max-len", "24",
