@@ -1,0 +1,83 @@
+"""training.export / spe-export: a shipped model folder loads like a checkpoint, is smaller, predicts
+the same, keeps the positional encoding in float32, and carries a model card with the run's record."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import torch
+from safetensors.torch import load_file
+
+from apps.export import main
+from remi import REMITokenizer
+from training.checkpoint import load_checkpoint, save_checkpoint
+from training.config import RunConfig, apply_overrides
+from training.export import training_record
+from model import MusicPerformer
+
+TINY = ["model.n_layer=2", "model.n_head=2", "model.d_model=32", "model.d_ff=64", "model.dropout=0.0",
+        "model.num_realizations=8", "model.feature_dims=16", "model.attention=torch", "model.max_len=64",
+        "data.crop_len=32"]
+
+
+def write_run(run_dir, metrics: list[dict]) -> MusicPerformer:
+    cfg = apply_overrides(RunConfig(), TINY)
+    tokenizer = REMITokenizer()
+    torch.manual_seed(0)
+    model = MusicPerformer(cfg.model_config(tokenizer.vocab_size))
+    optimizer = torch.optim.AdamW(model.parameters())
+    save_checkpoint(run_dir, model=model, tokenizer=tokenizer, config=cfg, step=5, optimizer=optimizer,
+                    rng=[])
+    with (run_dir / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["step", "loss", "val_loss", "elapsed_s"])
+        writer.writeheader()
+        writer.writerows(metrics)
+    return model
+
+
+def test_exported_model_loads_predicts_the_same_and_has_a_card(tmp_path):
+    metrics = [{"step": 1, "loss": 5.0, "val_loss": "", "elapsed_s": 1800},
+               {"step": 2, "loss": 4.0, "val_loss": 3.5, "elapsed_s": 3600},  # session 1 ends at 1 h
+               {"step": 3, "loss": 3.0, "val_loss": "", "elapsed_s": 900},
+               {"step": 4, "loss": 2.5, "val_loss": 2.25, "elapsed_s": 1800}]  # session 2: 0.5 h
+    model = write_run(tmp_path / "run", metrics)
+    section = tmp_path / "quality.md"
+    section.write_text("| metric | generated | real |\n|---|---|---|\n| polyphony | 3.1 | 3.7 |\n")
+    out = tmp_path / "shipped"
+    assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(out), "--title", "Tiny test model",
+                 "--section", str(section)]) == 0
+
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "meta.json", "model.safetensors"]
+    meta = json.loads((out / "meta.json").read_text())
+    assert "optimizer" not in meta and "rng" not in meta and meta["step"] == 5
+    weights = load_file(str(out / "model.safetensors"))
+    assert weights["head.weight"].dtype == torch.bfloat16
+    assert all(v.dtype == torch.float32 for k, v in weights.items() if k.startswith("pe."))
+    assert weights["blocks.0.attn.features.projection"].dtype == torch.float32
+    trained = load_file(str(tmp_path / "run" / "checkpoints" / "step_000005" / "model.safetensors"))
+    assert sum(v.nbytes for v in weights.values()) < 0.6 * sum(v.nbytes for v in trained.values())
+
+    shipped = load_checkpoint(out).model
+    tokens = torch.randint(0, 300, (1, 40))
+    code = model.draw_positional_code(40, generator=torch.Generator().manual_seed(0))
+    model.eval()
+    with torch.no_grad():
+        expected = model(tokens, positional_code=code).log_softmax(-1)
+        got = shipped(tokens, positional_code=code).log_softmax(-1)
+    assert (expected - got).abs().max() < 0.05  # bf16 weights: a few 1e-3 of relative error
+
+    card = (out / "README.md").read_text()
+    assert card.startswith("# Tiny test model") and "1.5 h over 2 session(s)" in card
+    assert "2.250 at step 4" in card and "| polyphony | 3.1 | 3.7 |" in card
+
+
+def test_training_record_without_metrics(tmp_path):
+    assert training_record(tmp_path) == {} and training_record(None) == {}
+
+
+def test_bad_section_is_a_one_line_error(tmp_path, capsys):
+    write_run(tmp_path / "run", [])
+    assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--title", "t",
+                 "--section", str(tmp_path / "missing.md")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,112 @@
+"""Export a trained checkpoint as a shipped model: weights (bf16 matrices), meta.json, model card.
+
+    card = export_model("runs/pop909_sine", "pretrained", title="Pop piano (POP909), gated sineSPE",
+                        sections=[Path("eval/nll_summary.md"), Path("eval/quality.md")])
+
+The exported folder loads like any checkpoint (`training.checkpoint.load_checkpoint`); it has no
+optimizer or RNG state, so it cannot be resumed, only fine-tuned (`train.py --init-from`). Weight
+matrices are stored in bfloat16 (half the size, weights are cast back to float32 on loading); the
+positional-encoding parameters (sine frequencies, gains, filters) and every buffer keep float32,
+since a rounded frequency shifts the phase of every far position.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from training.checkpoint import resolve_checkpoint, read_meta
+
+CARD = "README.md"  # the model card's file name in the exported folder
+TRAINING_ONLY = ("optimizer", "rng")  # meta.json entries of the training state, not shipped
+
+
+def export_model(checkpoint: str | Path, out: str | Path, *, title: str, bf16: bool = True,
+                 sections: Sequence[str | Path] = (), notes: str = "") -> Path:
+    """Write `out`/model.safetensors, meta.json and README.md (the model card); returns the card."""
+    folder = resolve_checkpoint(checkpoint)
+    meta = read_meta(folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    if bf16:
+        weights = {name: to_shipped_dtype(name, tensor) for name, tensor in weights.items()}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".model.safetensors.partial"
+    save_file(weights, str(tmp))
+    shipped = {key: value for key, value in meta.items() if key not in TRAINING_ONLY}
+    shipped["exported_from"] = {"checkpoint": folder.name, "weights": "bf16 matrices" if bf16 else "float32"}
+    (out / "meta.json").write_text(json.dumps(shipped, indent=1))
+    tmp.replace(out / "model.safetensors")
+    run_dir = folder.parent.parent if folder.parent.name == "checkpoints" else None
+    card = model_card(title, meta, run_dir, out, [Path(s) for s in sections], notes)
+    (out / CARD).write_text(card)
+    return out / CARD
+
+
+def to_shipped_dtype(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """bfloat16 for the weight matrices outside the positional encoding (embedding, attention and
+    MLP projections, head); biases, norms, SPE parameters and buffers (FAVOR+ features) unchanged."""
+    if name.endswith(".weight") and tensor.dim() >= 2 and not name.startswith("pe."):
+        return tensor.to(torch.bfloat16)
+    return tensor
+
+
+def training_record(run_dir: Path | None) -> dict[str, Any]:
+    """From the run's metrics.csv: training time over all its sessions and the last validation loss.
+
+    Each resumed session restarts its elapsed_s clock, so the time is the sum of each session's last
+    elapsed_s (a session ends where the clock goes back)."""
+    path = run_dir / "metrics.csv" if run_dir is not None else None
+    if path is None or not path.is_file():
+        return {}
+    seconds, last, sessions, val_loss, val_step = 0.0, 0.0, 1, math.nan, None
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            elapsed = float(row["elapsed_s"]) if row["elapsed_s"] else last
+            if elapsed < last:
+                seconds, sessions = seconds + last, sessions + 1
+            last = elapsed
+            if row["val_loss"]:
+                val_loss, val_step = float(row["val_loss"]), int(row["step"])
+    return {"hours": (seconds + last) / 3600, "sessions": sessions, "val_loss": val_loss, "val_step": val_step}
+
+
+def model_card(title: str, meta: dict[str, Any], run_dir: Path | None, out: Path, sections: list[Path],
+               notes: str) -> str:
+    """The model card: what the model is, what it was trained on, how long, and how well it does."""
+    cfg, record = meta["config"], training_record(run_dir)
+    model, data, train = cfg["model"], cfg["data"], cfg["train"]
+    size = sum(p.stat().st_size for p in out.glob("*.safetensors")) / 2**20
+    lines = [f"# {title}", "",
+             "`python generate.py --out song.mid` uses this model when no `--checkpoint` is given."
+             if out.resolve().name == "pretrained" else f"Use it with `--checkpoint {out}`.", "",
+             f"- Model: {model['n_layer']} layers, {model['n_head']} heads, d_model {model['d_model']}, "
+             f"d_ff {model['d_ff']}, positional encoding {model['pe']}"
+             + (" (gated)" if model.get("gated") and "spe" in model["pe"] else "")
+             + f", FAVOR+ with {model['feature_dims']} features; {meta['num_parameters']:,} parameters; "
+             f"{meta['tokenizer'].get('tokenizer', 'tokenizer')} with {len(meta['tokenizer']['vocab'])} tokens.",
+             f"- Data: corpus kind `{data['kind']}`, crops of {data['crop_len']} tokens"
+             + (f" (at most {data['max_bars']} bars)" if data.get("max_bars") else "")
+             + f", transposition -{data['transpose']}..+{data['transpose']}.",
+             f"- Training: {meta['step']:,} steps of batch {train['batch_size']} (AdamW, lr {train['lr']:g}, "
+             f"warm-up {train['warmup_steps']}, cosine to {train['min_lr']:g} at step {train['max_steps']:,})"
+             + (f", {record['hours']:.1f} h over {record['sessions']} session(s) on CPU" if record else "") + ".",
+             ]
+    if record and not math.isnan(record["val_loss"]):
+        lines.append(f"- Validation loss (crops, nats per token): {record['val_loss']:.3f} at step "
+                     f"{record['val_step']:,}.")
+    lines.append(f"- Files: `model.safetensors` ({size:.1f} MiB; weight matrices in bfloat16) and `meta.json` "
+                 "(resolved config, tokenizer vocabulary, step); no optimizer state (fine-tune with "
+                 "`train.py --init-from`).")
+    if notes:
+        lines += ["", notes.strip()]
+    for section in sections:
+        lines += ["", section.read_text().strip()]
+    return "\n".join(lines) + "\n"
+
