@@ -27,6 +27,10 @@ from model import MusicPerformer
 logger = logging.getLogger(__name__)
 
 
+# position bands in multiples of the trained length: (name, from, to)
+BANDS = (("0_1x", 0.0, 1.0), ("1_2x", 1.0, 2.0), ("2_4x", 2.0, 4.0))
+
+
 @dataclass
 class NLLCurve:
     label: str  # model name in tables and plots
@@ -49,7 +53,14 @@ class NLLCurve:
         return {"model": self.label, "trained_len": self.trained_len, "nll_within": within,
                 "nll_beyond": beyond,
                 "ratio": beyond / within if within_tokens and beyond_tokens else math.nan,
-                "tokens_within": within_tokens, "tokens_beyond": beyond_tokens}
+                "tokens_within": within_tokens, "tokens_beyond": beyond_tokens,
+                **{f"nll_{name}": self.band_mean(low, high) for name, low, high in BANDS}}
+
+    def band_mean(self, low: float, high: float) -> float:
+        """Token-weighted mean NLL over positions [low, high) x the trained length (NaN if none)."""
+        start, stop = int(low * self.trained_len), min(int(high * self.trained_len), len(self.sums))
+        tokens = int(self.counts[start:stop].sum()) if start < stop else 0
+        return float(self.sums[start:stop].sum() / tokens) if tokens else math.nan
 
 
 @torch.no_grad()
@@ -97,14 +108,17 @@ def evaluate_nll(models: Sequence[tuple[str, Any]], pieces: Sequence[np.ndarray]
 
 
 def summary_markdown(curves: Sequence[NLLCurve]) -> str:
-    """The within / beyond table as markdown."""
+    """The within / beyond table as markdown, with the bands of BANDS (0-1x, 1-2x, 2-4x the trained
+    length)."""
+    bands = " | ".join(f"NLL {name.replace('_', '-')}" for name, _, _ in BANDS)
     lines = ["| model | trained length | NLL within | NLL beyond | beyond / within | tokens within "
-             "| tokens beyond |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             f"| tokens beyond | {bands} |",
+             "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(BANDS)]
     for curve in curves:
         s = curve.summary()
+        band_cells = " | ".join(f"{s[f'nll_{name}']:.4f}" for name, _, _ in BANDS)
         lines.append(f"| {s['model']} | {s['trained_len']} | {s['nll_within']:.4f} | {s['nll_beyond']:.4f} "
-                     f"| {s['ratio']:.4f} | {s['tokens_within']} | {s['tokens_beyond']} |")
+                     f"| {s['ratio']:.4f} | {s['tokens_within']} | {s['tokens_beyond']} | {band_cells} |")
     return "\n".join(lines) + "\n"
 
 

@@ -107,6 +107,8 @@ def test_nll_of_a_random_model_is_about_log_vocab(runs, remi_corpus, tmp_path, c
     for s in summary:
         assert s["trained_len"] == CROP and s["tokens_within"] == 4 * CROP
         assert abs(s["nll_within"] - math.log(vocab)) < 0.3 and abs(s["ratio"] - 1.0) < 0.1
+        assert s["nll_0_1x"] == pytest.approx(s["nll_within"]) and s["nll_1_2x"] == pytest.approx(s["nll_beyond"])
+        assert s["nll_2_4x"] is None  # the curve stops at 2x the crop
     table = (out / "nll_summary.md").read_text()
     assert table in capsys.readouterr().out and "beyond / within" in table
 
