@@ -17,6 +17,8 @@ from typing import Any, Callable, NoReturn
 
 import torch
 
+from model import DEVICE_NAMES
+
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -98,17 +100,8 @@ def checkpoint_argument(parser: argparse.ArgumentParser, repeat: bool = False) -
                         help="run directory (its latest checkpoint) or checkpoint directory; "
                              f"default: {PRETRAINED.name}/ in the repository when present"
                              + ("; repeat to compare models" if repeat else ""))
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+    parser.add_argument("--device", default="auto", choices=DEVICE_NAMES,
                         help="where to run the model (auto: CUDA when available) (default: %(default)s)")
-
-
-def resolve_device(name: str) -> torch.device:
-    """auto -> cuda when available else cpu; cuda without a GPU is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available")
-    return torch.device(name)
 
 
 def load_model(path: str | Path | None, device: torch.device) -> Any:
@@ -133,7 +126,7 @@ def load_model(path: str | Path | None, device: torch.device) -> Any:
 
 
 def seeded_generator(seed: int, device: torch.device) -> torch.Generator:
-    """A torch.Generator on `device` seeded with `seed` (positional codes and sampling)."""
+    """A torch.Generator on `device` seeded with `seed` (positional noise and sampling)."""
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     return generator
