@@ -26,11 +26,11 @@ import torch
 import torch.nn as nn
 
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
+from spe.filter import Code  # (qbar, kbar), each (1, N, H, D, R)
 
 if TYPE_CHECKING:
     from model.config import ModelConfig
 
-Code = tuple[torch.Tensor, torch.Tensor]  # (qbar, kbar), each (1, N, H, D, R)
 CODE_BLOCK = 128  # positions of code evaluated at once when stepping without gradients
 
 
