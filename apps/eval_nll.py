@@ -3,7 +3,8 @@
 Each held-out piece is read up to `max_len` tokens (shorter pieces up to their length) in one
 parallel forward pass with ONE positional noise drawn for that piece. The NLL of predicting token
 n + 1 from tokens 0 .. n (the model's loss, per position) is accumulated at position n, with the
-number of pieces that reach it, so the curve shows how the model behaves within and beyond the trained length (extrapolation).
+number of pieces that reach it, so the curve shows how the model behaves within and beyond the
+trained length (extrapolation).
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ class SPEFilter(nn.Module):
             return self._forward_shared(queries, keys, code, gate_noise)
         qbar, kbar = code
         if qbar.shape != kbar.shape:
-            raise ValueError(f"qbar and kbar must have the same shape, got {tuple(qbar.shape)} and {tuple(kbar.shape)}")
+            raise ValueError(f"qbar and kbar must have the same shape, got {tuple(qbar.shape)} and "
+                             f"{tuple(kbar.shape)}")
         self._check(queries, keys, tuple(qbar.shape))
         size, code_size = tuple(queries.shape[1:-2]), tuple(qbar.shape[1:-3])
         if any(c < s for s, c in zip(size, code_size)):
