@@ -17,8 +17,7 @@ import logging
 import sys
 from typing import Callable, NoReturn
 
-import torch
-
+from model import DEVICE_NAMES
 from training.checkpoint import PRETRAINED
 
 EXIT_FAILURE = 1  # the command could not finish (I/O failure, or one of its declared failures)
@@ -68,14 +67,6 @@ def checkpoint_argument(parser: argparse.ArgumentParser, repeat: bool = False) -
                         help="run directory (its latest checkpoint) or checkpoint directory; "
                              f"default: {PRETRAINED.name}/ in the repository when present"
                              + ("; repeat to compare models" if repeat else ""))
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+    parser.add_argument("--device", default="auto", choices=DEVICE_NAMES,
                         help="where to run the model (auto: CUDA when available) (default: %(default)s)")
 
-
-def resolve_device(name: str) -> torch.device:
-    """auto -> cuda when available else cpu; cuda without a GPU is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available")
-    return torch.device(name)

@@ -21,7 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from apps.cli import OneLineParser, checkpoint_argument, resolve_device, run_app
+from apps.cli import OneLineParser, checkpoint_argument, run_app
+from model import resolve_device
 from training.checkpoint import load_model
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         checkpoint_argument(sub, repeat=True)
         sub.add_argument("--out", required=True, help="output directory (created if needed)")
         sub.add_argument("--seed", type=int, default=0,
-                         help="seed of the positional codes and sampling (default: %(default)s)")
+                         help="seed of the positional noise and sampling (default: %(default)s)")
         sub.add_argument("--label", action="append", default=None,
                          help="name of each checkpoint in tables and plots (default: its run directory)")
         sub.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="layer whose attention maps are measured (default: %(default)s)")
     pe.add_argument("--token", default=None, help="the repeated token (default: first non-special token)")
     pe.add_argument("--draws", type=int, default=4,
-                    help="positional codes averaged over (default: %(default)s)")
+                    help="positional noise draws averaged over (default: %(default)s)")
 
     templates = command("templates", "learned SPE templates with the gates applied")
     templates.add_argument("--length", type=int, default=128, help="positions shown (default: %(default)s)")

@@ -7,7 +7,7 @@
 Writes song.mid, song.txt (one token per line), song.png (piano roll), song.wav and song.ogg (rendered
 offline with a General MIDI SoundFont, see generation/audio.py; --no-audio skips them). With --num-samples N
 the N samples are decoded as one batch and written as song_1.mid ... song_N.mid (and their .txt, ...).
-Decoding is recurrent (O(1) per token) with one positional code drawn for prompt + new tokens; sampling
+Decoding is recurrent (O(1) per token) with one positional noise drawn for prompt + new tokens; sampling
 is grammar-constrained unless --no-constraints. Defaults of the sampling options come from the
 checkpoint's `generate` config section.
 """
@@ -19,11 +19,12 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from apps.cli import OneLineParser, checkpoint_argument, resolve_device, run_app
+from apps.cli import OneLineParser, checkpoint_argument, run_app
 from generation.audio import AudioConfig, render_files
 from generation.outputs import AtomicOutputs
 from generation.pianoroll import roll_notes, save_pianoroll
 from generation.sampling import GenerationResult, SamplingConfig, generate_batch, seeded_generator
+from model import resolve_device
 from training.checkpoint import load_model
 
 logger = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ def keep_bars(tokenizer: Any, result: GenerationResult, start: int, bars: int) -
         return result
     cut = max(starts[bars], result.prompt_len)
     return GenerationResult(tokens=result.tokens[:cut], prompt_len=result.prompt_len,
-                            stopped_at_eos=False, seconds=result.seconds, code_length=result.code_length)
+                            stopped_at_eos=False, seconds=result.seconds, noise_length=result.noise_length)
 
 
 def write_midi(music: Any, path: Path) -> None:

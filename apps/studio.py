@@ -20,9 +20,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from apps.cli import OneLineParser, resolve_device, run_app
+from apps.cli import OneLineParser, run_app
 from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, Request, StudioError,
                                  StudioSession, View, model_choices)
+from model import DEVICE_NAMES, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", action="append", default=None,
                         help="folder of run directories (or a run directory) offered as models; "
                              "repeatable (default: runs/ in the current folder)")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+    parser.add_argument("--device", default="auto", choices=DEVICE_NAMES,
                         help="where to run the models (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads per generation; small models decode fastest with 1 "

@@ -55,7 +55,7 @@ class Request:
     unit: str = "bars"  # "bars" or "tokens"
     temperature: float = 1.0  # softmax temperature
     top_p: float = 0.9  # nucleus mass
-    seed: int = 0  # drives the positional code and the draws
+    seed: int = 0  # drives the positional noise and the draws
     num_samples: int = 1  # samples decoded as one batch
     audio: bool = True  # render .wav / .ogg
 

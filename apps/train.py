@@ -26,11 +26,12 @@ from pathlib import Path
 import torch.distributed as dist
 
 from apps.cli import OneLineParser, run_app
+from model import resolve_device
 from training import finetune
 from training.checkpoint import list_checkpoints, read_meta, resolve_checkpoint
 from training.config import RunConfig, apply_overrides, load_config
 from training.distributed import DistEnv
-from training.trainer import Trainer, TrainingDiverged, prepare_corpus, resolve_device
+from training.trainer import Trainer, TrainingDiverged, prepare_corpus
 
 logger = logging.getLogger(__name__)
 

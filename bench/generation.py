@@ -32,9 +32,10 @@ WINDOW = 128  # steps per timing window (a whole block of SPE code evaluation: m
 @torch.no_grad()
 def generate_timed(model: MusicPerformer, length: int, generator: torch.Generator
                    ) -> tuple[torch.Tensor, list[float], object]:
-    """Sample `length` tokens; return them (1, length), the seconds of each step, and the code."""
-    code = model.draw_positional_code(length, generator)
-    state = model.init_state(1, positional_code=code)
+    """Sample `length` tokens; return them (1, length), the seconds of each step, and the positional
+    noise."""
+    noise = model.draw_positional_noise(length, generator)
+    state = model.init_state(1, positional_noise=noise)
     token = torch.zeros(1, dtype=torch.long)
     tokens, seconds = [], []
     for _ in range(length):
@@ -43,7 +44,7 @@ def generate_timed(model: MusicPerformer, length: int, generator: torch.Generato
         token = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]
         seconds.append(time.perf_counter() - start)
         tokens.append(token)
-    return torch.stack(tokens, dim=1), seconds, code
+    return torch.stack(tokens, dim=1), seconds, noise
 
 
 def main() -> None:
@@ -72,12 +73,12 @@ def main() -> None:
     early, late, full = ({pe: [] for pe in variants} for _ in range(3))
     for _ in range(args.repeats):  # the variants interleaved, so that drifts hit both
         for pe, model in models.items():
-            tokens, seconds, code = generate_timed(model, args.tokens, generator)
+            tokens, seconds, noise = generate_timed(model, args.tokens, generator)
             early[pe].append(statistics.fmean(seconds[args.early - WINDOW // 2: args.early + WINDOW // 2]))
             late[pe].append(statistics.fmean(seconds[-WINDOW:]))
             with torch.no_grad():
                 start = time.perf_counter()
-                model(tokens, code)
+                model(tokens, positional_noise=noise)
                 full[pe].append(time.perf_counter() - start)
     print(f"{args.layers} layers, d_model {args.d_model}, attention {models[args.pe].attention_kernel}, "
           f"{torch.get_num_threads()} threads, medians of {args.repeats} runs")

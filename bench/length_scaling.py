@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import ModelConfig, MusicPerformer
+from model import ModelConfig, MusicPerformer, token_loss
 from model.positional import sinusoids
 from spe_overhead import VOCAB, run_isolated, time_training
 
@@ -54,13 +54,16 @@ class SoftmaxTransformer(nn.Module):
         self.blocks = nn.ModuleList([SoftmaxBlock(d_model, n_head) for _ in range(layers)])
         self.ln_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, VOCAB, bias=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """MusicPerformer's interface: (B, N) ids -> (B, N, V) logits, and the loss given targets."""
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.embedding(tokens) * math.sqrt(self.embedding.embedding_dim)
         x = x + sinusoids(positions, self.embedding.embedding_dim).to(x.dtype)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        logits = self.head(self.ln_f(x))  # (B, N, V)
+        return logits, None if targets is None else token_loss(logits, targets)
 
 
 def worker(spec: dict) -> dict:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from model import ModelConfig, MusicPerformer
@@ -40,8 +39,8 @@ def main() -> None:
     tokens = torch.randint(0, VOCAB, (args.batch, args.length + 1))
 
     def step() -> None:
-        logits = model(tokens[:, :-1])
-        F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+        _, loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

@@ -22,7 +22,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 from model import ModelConfig, MusicPerformer
 
@@ -43,8 +42,7 @@ def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> d
     baseline = peak_rss_mb()
 
     def train_step() -> None:
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        _, loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

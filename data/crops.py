@@ -15,9 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from model import IGNORE_INDEX
 from tokenization import BaseTokenizer
-
-IGNORE_INDEX = -100  # target value ignored by torch.nn.functional.cross_entropy
 
 
 class CropDataset(Dataset):

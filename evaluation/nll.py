@@ -1,9 +1,10 @@
 """Per-position validation NLL with teacher forcing (paper Fig. 3 / Table 6), for one or more models.
 
 Each held-out piece is read up to `max_len` tokens (shorter pieces up to their length) in one
-parallel forward pass with ONE positional code drawn for that piece. The NLL of predicting token
-n + 1 from tokens 0 .. n is accumulated at position n, with the number of pieces that reach it, so
-the curve shows how the model behaves within and beyond the trained length (extrapolation).
+parallel forward pass with ONE positional noise drawn for that piece. The NLL of predicting token
+n + 1 from tokens 0 .. n (the model's loss, per position) is accumulated at position n, with the
+number of pieces that reach it, so the curve shows how the model behaves within and beyond the
+trained length (extrapolation).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
@@ -77,19 +77,20 @@ def position_nll(model: MusicPerformer, pieces: Sequence[np.ndarray], max_len: i
         if length < 1:
             continue
         ids = torch.as_tensor(np.asarray(piece[:length + 1], dtype=np.int64), device=device)  # (n+1,)
-        code = model.draw_positional_code(length, generator=generator)
-        logits = model(ids[None, :-1], positional_code=code)[0]  # (n, V)
-        nll = F.cross_entropy(logits.double(), ids[1:], reduction="none")  # (n,)
-        sums[:length] += nll.cpu().numpy()
+        noise = model.draw_positional_noise(length, generator=generator)
+        _, nll = model(ids[None, :-1], ids[None, 1:], positional_noise=noise, reduction="none")  # (1, n)
+        sums[:length] += nll[0].double().cpu().numpy()
         counts[:length] += 1
     return sums, counts
 
 
 def usable_length(model: MusicPerformer, max_len: int, label: str) -> int:
-    """max_len, or the learned APE table size when smaller (positions beyond it are left empty)."""
-    if model.cfg.pe == "learned_ape" and model.cfg.max_len < max_len:
-        logger.warning("%s: learned APE knows %d positions; its curve stops there", label, model.cfg.max_len)
-        return model.cfg.max_len
+    """max_len, or the model's max_positions when smaller (e.g. learned APE; positions beyond it are
+    left empty)."""
+    limit = model.max_positions
+    if limit is not None and limit < max_len:
+        logger.warning("%s: pe=%s knows %d positions; its curve stops there", label, model.cfg.pe, limit)
+        return limit
     return max_len
 
 

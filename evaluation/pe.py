@@ -83,8 +83,8 @@ def head_properties(model: MusicPerformer, token: int, length: int, layer: int, 
     tokens = torch.full((1, length), token, dtype=torch.long, device=device)
     values = np.zeros((draws, model.cfg.n_head, 2))
     for draw in range(draws):
-        code = model.draw_positional_code(length, generator=generator)
-        maps = model.attention_maps(tokens, layer=layer, positional_code=code)[0]  # (H, N, N)
+        noise = model.draw_positional_noise(length, generator=generator)
+        maps = model.attention_maps(tokens, layer=layer, positional_noise=noise)[0]  # (H, N, N)
         for head in range(maps.shape[0]):
             values[draw, head] = (translation_invariance(maps[head]), monotonicity(maps[head]))
     mean, std = values.mean(axis=0), values.std(axis=0)

@@ -3,7 +3,7 @@
     logits -> mask tokens the grammar forbids -> / temperature -> softmax -> keep the smallest set of
     most probable tokens whose mass reaches top_p -> renormalise -> draw
 
-Decoding is recurrent: one positional code is drawn for the whole length (prompt + new tokens), the
+Decoding is recurrent: one positional noise is drawn for the whole length (prompt + new tokens), the
 prompt is fed token by token through `model.step` (O(1) time and memory per token, whatever the
 position), then each sampled token is fed back until EOS or the token budget. `Decoder` does this for
 a batch of samples of one prompt at once (one `model.step` per position for the whole batch, one
@@ -25,7 +25,6 @@ from tqdm.auto import tqdm
 from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
-from model.positional import PositionalCode
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ class GenerationResult:
     prompt_len: int  # number of prompt ids at the start of `tokens`
     stopped_at_eos: bool  # whether decoding ended on EOS (else: budget or stop condition)
     seconds: float  # wall-clock time of the decoding loop
-    code_length: int  # number of positions the positional code was drawn for
+    noise_length: int  # number of positions the positional noise was drawn for
 
     @property
     def generated(self) -> list[int]:
@@ -90,10 +89,10 @@ def sample_next(logits: torch.Tensor, top_p: float = 0.9, temperature: float = 1
 
 
 def check_length(model: MusicPerformer, total: int) -> None:
-    """ValueError when the model cannot encode positions 0 .. total-1 (learned APE table size)."""
-    cfg = model.cfg
-    if cfg.pe == "learned_ape" and total > cfg.max_len:
-        raise ValueError(f"this model (pe=learned_ape) knows {cfg.max_len} positions; prompt + new "
+    """ValueError when the model cannot encode positions 0 .. total-1 (e.g. learned APE table size)."""
+    limit = model.max_positions
+    if limit is not None and total > limit:
+        raise ValueError(f"this model (pe={model.cfg.pe}) knows {limit} positions; prompt + new "
                          f"tokens = {total} do not fit (use fewer tokens or a shorter prompt)")
 
 
@@ -102,9 +101,9 @@ class Decoder:
 
     The prompt is fed once (batch 1) and its recurrent state copied to every sample; then each call of
     `run` samples up to n tokens for every unfinished sample in one batched `model.step` per position.
-    All samples share one positional code (the model draws one realisation per batch) and differ by
+    All samples share one positional noise (the model draws one realisation per batch) and differ by
     their draws. Each sample has its own grammar state and ends at EOS or when `stop` says so; `run` can
-    be called again to continue (the code is extended, the state kept), and `snapshot` / `restore`
+    be called again to continue (the noise is extended, the state kept), and `snapshot` / `restore`
     give an undo point. `results()` drops trailing tokens of an unfinished event (constrained only).
     """
 
@@ -129,11 +128,11 @@ class Decoder:
         model.eval()
         self.device = model.head.weight.device
         self.prompt_len = len(prompt)
-        self._reserved = capacity  # positions reserved so far (the code's length when there is one)
-        self.code = model.draw_positional_code(capacity, generator=generator)  # one realisation for all
+        self._reserved = capacity  # positions reserved so far (the noise's length when there is one)
+        self.noise = model.draw_positional_noise(capacity, generator=generator)  # one realisation for all
         grammar = tokenizer.constraint_state() if self.sampling.constrained else None
         with torch.no_grad():
-            state = model.init_state(1, positional_code=self.code)
+            state = model.init_state(1, positional_noise=self.noise)
             for position, token in enumerate(prompt):
                 if grammar is not None:
                     _check_allowed(grammar, token, tokenizer, position)
@@ -153,11 +152,11 @@ class Decoder:
         return len(self.tokens)
 
     def reserve(self, length: int) -> None:
-        """Make the positional code (and the state) cover positions 0 .. length - 1."""
+        """Make the positional noise (and the state) cover positions 0 .. length - 1."""
         check_length(self.model, length)
         self._reserved = max(self._reserved, length)
-        self.code = extend_code(self.model, self.code, length, self.generator)
-        self.state = replace(self.state, code=self.code)
+        self.noise = self.model.extend_positional_noise(self.noise, length, self.generator)
+        self.state = replace(self.state, positional_noise=self.noise)
 
     @torch.no_grad()
     def run(self, max_new_tokens: int, stop: StopCondition | Sequence[StopCondition] | None = None,
@@ -229,17 +228,17 @@ class Decoder:
                     tokens = tokens[:complete]
             out.append(GenerationResult(tokens=list(tokens), prompt_len=self.prompt_len,
                                         stopped_at_eos=self.at_eos[i], seconds=self.seconds,
-                                        code_length=self.code_length))
+                                        noise_length=self.noise_length))
         return out
 
     @property
-    def code_length(self) -> int:
-        """Positions the positional code covers (for codeless encodings: those reserved so far)."""
-        return self.code.length if self.code is not None else self._reserved
+    def noise_length(self) -> int:
+        """Positions the positional noise covers (deterministic encodings: those reserved so far)."""
+        return self.noise.length if self.noise is not None else self._reserved
 
     def snapshot(self) -> dict[str, Any]:
         """Everything `run` changes (tensors are never modified in place, so they are shared)."""
-        return {"state": self.state, "code": self.code, "logits": self.logits,
+        return {"state": self.state, "noise": self.noise, "logits": self.logits,
                 "grammars": copy.deepcopy(self.grammars), "tokens": [list(t) for t in self.tokens],
                 "finished": list(self.finished), "at_eos": list(self.at_eos),
                 "complete": list(self.complete), "seconds": self.seconds, "_reserved": self._reserved}
@@ -257,25 +256,7 @@ def repeat_state(state: GenerationState, batch: int) -> GenerationState:
     layers = [LayerState(kv=layer.kv.repeat(batch, 1, 1, 1),  # (B, H, M, D + 1)
                          offset=layer.offset.repeat(batch, 1, 1, 1))  # (B, H, 1, 1)
               for layer in state.layers]
-    return GenerationState(position=state.position, code=state.code, layers=layers)
-
-
-def extend_code(model: MusicPerformer, code: PositionalCode | None, length: int,
-                generator: torch.Generator | None = None) -> PositionalCode | None:
-    """The same realisation covering `length` positions: positions already covered are unchanged.
-
-    sineSPE noise does not depend on the length; convSPE noise gets fresh i.i.d. samples appended
-    along its time axis (position m's code reads noise m .. m + kernel_size - 1).
-    """
-    if code is None or code.length >= length:
-        return code
-    noises = code.noises
-    if model.cfg.pe == "conv_spe":
-        extra = length - code.length
-        noises = [torch.cat([noise, torch.randn(*noise.shape[:-1], extra, generator=generator,
-                                                device=noise.device, dtype=noise.dtype)], dim=-1)
-                  for noise in noises]  # (R, H*D, length + P - 1) each
-    return PositionalCode(noises=noises, gate_noises=code.gate_noises, length=length)
+    return GenerationState(position=state.position, positional_noise=state.positional_noise, layers=layers)
 
 
 def generate_batch(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_new_tokens: int,
@@ -305,7 +286,7 @@ def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_n
     `stop(tokens)` is asked after every new token and ends decoding when it returns True.
     With constraints, tokens of an event left unfinished when decoding ends (e.g. a note's pitch
     without its velocity and duration) are dropped. The model is put in eval mode; `generator`
-    drives both the positional code and the draws.
+    drives both the positional noise and the draws.
     """
     return generate_batch(model, tokenizer, prompt, max_new_tokens, 1, sampling, generator, progress,
                           stop)[0]
@@ -319,7 +300,7 @@ def _check_allowed(grammar: Any, token: int, tokenizer: Any, position: int) -> N
 
 
 def seeded_generator(seed: int, device: torch.device) -> torch.Generator:
-    """A torch.Generator on `device` seeded with `seed` (positional codes and sampling)."""
+    """A torch.Generator on `device` seeded with `seed` (positional noise and sampling)."""
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     return generator

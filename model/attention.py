@@ -12,8 +12,6 @@ O(M E) memory and time per token whatever the position.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -21,7 +19,7 @@ import torch.nn.functional as F
 from model.config import ModelConfig
 from model.favor import FavorFeatures
 from model.kernels import CausalKernel
-from model.positional import PositionalEncoding
+from model.positional import PositionalContext, PositionalEncoding
 
 
 @dataclass
@@ -45,7 +43,7 @@ class CausalLinearAttention(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.features = FavorFeatures(qk_dims, cfg.feature_dims)
 
-    def inputs(self, x: torch.Tensor, pe: PositionalEncoding, context: Any
+    def inputs(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Feature-map inputs of queries and keys (B, H, N, F) and values (B, H, N, D)."""
         B, N, _ = x.shape
@@ -55,7 +53,8 @@ class CausalLinearAttention(nn.Module):
         k = (k * self.qk_scale).transpose(1, 2)  # (B, H, N, F)
         return q, k, v.transpose(1, 2)  # v: (B, H, N, D)
 
-    def forward(self, x: torch.Tensor, pe: PositionalEncoding, context: Any) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext
+                ) -> torch.Tensor:
         """(B, N, d_model) -> (B, N, d_model), position m attending to positions <= m."""
         B, N, C = x.shape
         q, k, v = self.inputs(x, pe, context)
@@ -66,8 +65,8 @@ class CausalLinearAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, N, C)  # (B, N, d_model)
         return self.dropout(self.proj(y))
 
-    def step(self, x: torch.Tensor, pe: PositionalEncoding, context: Any, state: LayerState
-             ) -> tuple[torch.Tensor, LayerState]:
+    def step(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext,
+             state: LayerState) -> tuple[torch.Tensor, LayerState]:
         """One position: (B, 1, d_model) -> (B, 1, d_model) and the updated state."""
         B, _, C = x.shape
         q, k, v = self.inputs(x, pe, context)  # (B, H, 1, F), (B, H, 1, F), (B, H, 1, D)
@@ -88,7 +87,8 @@ class CausalLinearAttention(nn.Module):
                             device=like.device)
         return LayerState(kv=kv, offset=offset)
 
-    def attention_map(self, x: torch.Tensor, pe: PositionalEncoding, context: Any) -> torch.Tensor:
+    def attention_map(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext
+                      ) -> torch.Tensor:
         """Unnormalised causal attention phi(q) phi(k)^T, masked: (B, H, N, N) in float64."""
         q, k, _ = self.inputs(x, pe, context)
         scores = self.features.exact(q) @ self.features.exact(k).transpose(-1, -2)  # (B, H, N, N)
@@ -118,12 +118,13 @@ class Block(nn.Module):
         self.ln_mlp = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, pe: PositionalEncoding, context: Any) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext
+                ) -> torch.Tensor:
         x = x + self.attn(self.ln_attn(x), pe, context)
         return x + self.mlp(self.ln_mlp(x))
 
-    def step(self, x: torch.Tensor, pe: PositionalEncoding, context: Any, state: LayerState
-             ) -> tuple[torch.Tensor, LayerState]:
+    def step(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext,
+             state: LayerState) -> tuple[torch.Tensor, LayerState]:
         attended, state = self.attn.step(self.ln_attn(x), pe, context, state)
         x = x + attended
         return x + self.mlp(self.ln_mlp(x)), state

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PE_KINDS = ("sine_spe", "conv_spe", "ape", "learned_ape", "rope", "none")
-SPE_KINDS = ("sine_spe", "conv_spe")
+from model.positional import POSITIONAL_ENCODINGS
+
+PE_KINDS = tuple(POSITIONAL_ENCODINGS)  # the registered positional encodings
+SPE_KINDS = tuple(name for name, encoding in POSITIONAL_ENCODINGS.items() if encoding.stochastic)
 ATTENTION_KINDS = ("ft", "torch")
 
 
@@ -26,7 +28,7 @@ class ModelConfig:
     kernel_size: int = 128  # conv_spe only: P, length of the learned filters
     feature_dims: int = 128  # M, number of FAVOR+ positive orthogonal random features
     attention: str = "ft"  # causal linear-attention kernel: ft (fast_transformers) or torch
-    max_len: int = 2048  # learned_ape: size of the position table; conv_spe: default code length
+    max_len: int = 2048  # learned_ape: size of the position table; conv_spe: default noise length
 
     def __post_init__(self) -> None:
         positive = ("vocab_size", "n_layer", "n_head", "d_model", "d_ff", "num_realizations",
@@ -45,8 +47,7 @@ class ModelConfig:
         if self.attention not in ATTENTION_KINDS:
             raise ValueError(f"ModelConfig.attention must be one of {ATTENTION_KINDS}, "
                              f"got {self.attention!r}")
-        if self.pe == "rope" and self.head_dim % 2 != 0:
-            raise ValueError(f"rope needs an even head size, got d_model / n_head = {self.head_dim}")
+        POSITIONAL_ENCODINGS[self.pe].check_config(self)
         for name in ("gated", "share_pe"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")

@@ -3,10 +3,14 @@
     tokens -> embedding * sqrt(d_model) (+ absolute PE) -> dropout -> n_layer pre-LN blocks
            -> LayerNorm -> linear head (untied from the embedding, as in the paper's models) -> logits
 
-The positional encoding's per-forward context (SPE codes, rope angles) is computed once at model
-level and shared by the layers. A forward pass without a positional code draws a fresh one (in
-training and in eval alike: SPE is stochastic); pass `draw_positional_code(length)`'s result to
-fix it, e.g. for evaluation, generation or comparing a parallel forward with recurrent steps.
+`forward(tokens, targets)` returns the logits and, given targets, the loss (nanoGPT style):
+next-token cross-entropy with IGNORE_INDEX targets left out (`model.loss`).
+
+The positional encoding's context (SPE codes, rope angles; see model.positional for the words) is
+computed once per pass at model level and shared by the layers. A forward pass without positional
+noise draws a fresh one (in training and in eval alike: SPE is stochastic); pass
+`draw_positional_noise(length)`'s result to fix it, e.g. for evaluation, generation or comparing a
+parallel forward with recurrent steps.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import torch.nn as nn
 from model.attention import Block, LayerState
 from model.config import ModelConfig
 from model.kernels import resolve_kernel
-from model.positional import PositionalCode, StochasticPE, build_positional_encoding
+from model.loss import token_loss
+from model.positional import PositionalContext, PositionalNoise, StochasticPE, build_positional_encoding
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +34,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class GenerationState:
     position: int  # index of the next token to be fed to `step`
-    code: PositionalCode | None  # the SPE realisation used for the whole sequence
+    positional_noise: PositionalNoise | None  # the SPE realisation used for the whole sequence
     layers: list[LayerState]  # recurrent attention state of each layer
 
 
@@ -85,40 +90,62 @@ class MusicPerformer(nn.Module):
         for block in self.blocks:
             block.attn.features.redraw(generator)
 
-    def draw_positional_code(self, length: int, generator: torch.Generator | None = None
-                             ) -> PositionalCode | None:
-        """One SPE realisation for positions 0 .. length-1, shared by the batch (None if not SPE)."""
-        return self.pe.draw_code(length, generator)
+    @property
+    def max_positions(self) -> int | None:
+        """Number of positions the model can encode (learned_ape: its table; None: any)."""
+        return self.pe.max_positions
 
-    def forward(self, tokens: torch.Tensor, positional_code: PositionalCode | None = None
-                ) -> torch.Tensor:
-        """(B, N) token ids -> (B, N, vocab_size) next-token logits."""
-        x, context = self._embed(tokens, positional_code, start=0)
+    def draw_positional_noise(self, length: int, generator: torch.Generator | None = None
+                              ) -> PositionalNoise | None:
+        """One SPE realisation for positions 0 .. length-1, shared by the batch (None if not SPE)."""
+        return self.pe.draw_noise(length, generator)
+
+    def extend_positional_noise(self, positional_noise: PositionalNoise | None, length: int,
+                                generator: torch.Generator | None = None) -> PositionalNoise | None:
+        """The same realisation covering `length` positions: positions already covered are unchanged.
+
+        sineSPE noise does not depend on the length; convSPE noise gets fresh i.i.d. samples appended
+        along its time axis.
+        """
+        return self.pe.extend_noise(positional_noise, length, generator)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, *,
+                positional_noise: PositionalNoise | None = None, reduction: str = "mean"
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, N) token ids -> (B, N, vocab_size) next-token logits, and the loss (None without targets).
+
+        targets: (B, N) ids of the next tokens, IGNORE_INDEX where left out; the loss is their
+        cross-entropy with `reduction` "mean", "sum" or "none" ((B, N) NLL per position).
+        """
+        x, context = self._embed(tokens, positional_noise, start=0)
         for block in self.blocks:
             x = block(x, self.pe, context)
-        return self.head(self.ln_f(x))
+        logits = self.head(self.ln_f(x))  # (B, N, V)
+        loss = None if targets is None else token_loss(logits, targets, reduction)
+        return logits, loss
 
     def attention_maps(self, tokens: torch.Tensor, layer: int = 0,
-                       positional_code: PositionalCode | None = None) -> torch.Tensor:
+                       positional_noise: PositionalNoise | None = None) -> torch.Tensor:
         """Unnormalised causal attention phi(q) phi(k)^T of one layer: (B, H, N, N), float64."""
         if not 0 <= layer < self.cfg.n_layer:
             raise ValueError(f"layer must be in 0 .. {self.cfg.n_layer - 1}, got {layer}")
-        x, context = self._embed(tokens, positional_code, start=0)
+        x, context = self._embed(tokens, positional_noise, start=0)
         for block in self.blocks[:layer]:
             x = block(x, self.pe, context)
         block = self.blocks[layer]
         return block.attn.attention_map(block.ln_attn(x), self.pe, context)
 
-    def init_state(self, batch_size: int, positional_code: PositionalCode | None = None
+    def init_state(self, batch_size: int, positional_noise: PositionalNoise | None = None
                    ) -> GenerationState:
-        """Empty recurrent state; without a code, SPE draws one (conv_spe: for cfg.max_len tokens)."""
+        """Empty recurrent state; without positional noise, SPE draws one (conv_spe: for cfg.max_len
+        tokens)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if positional_code is None:
-            positional_code = self.draw_positional_code(self.cfg.max_len)
+        if positional_noise is None:
+            positional_noise = self.draw_positional_noise(self.cfg.max_len)
         like = self.head.weight
         layers = [block.attn.initial_state(batch_size, like) for block in self.blocks]
-        return GenerationState(position=0, code=positional_code, layers=layers)
+        return GenerationState(position=0, positional_noise=positional_noise, layers=layers)
 
     def step(self, tokens: torch.Tensor, state: GenerationState
              ) -> tuple[torch.Tensor, GenerationState]:
@@ -126,15 +153,17 @@ class MusicPerformer(nn.Module):
         if tokens.dim() != 1 or tokens.shape[0] != state.layers[0].kv.shape[0]:
             raise ValueError(f"step expects tokens of shape ({state.layers[0].kv.shape[0]},), "
                              f"got {tuple(tokens.shape)}")
-        x, context = self._embed(tokens[:, None], state.code, start=state.position)  # (B, 1, C)
+        x, context = self._embed(tokens[:, None], state.positional_noise, start=state.position)  # (B, 1, C)
         layers = []
         for block, layer_state in zip(self.blocks, state.layers):
             x, layer_state = block.step(x, self.pe, context, layer_state)
             layers.append(layer_state)
         logits = self.head(self.ln_f(x))[:, 0]  # (B, V)
-        return logits, GenerationState(position=state.position + 1, code=state.code, layers=layers)
+        return logits, GenerationState(position=state.position + 1, positional_noise=state.positional_noise,
+                                       layers=layers)
 
-    def _embed(self, tokens: torch.Tensor, code: PositionalCode | None, start: int):
+    def _embed(self, tokens: torch.Tensor, positional_noise: PositionalNoise | None, start: int
+               ) -> tuple[torch.Tensor, PositionalContext]:
         """Checked tokens (B, N) -> embeddings (B, N, C) and the positional context of the layers."""
         if tokens.dim() != 2 or tokens.shape[1] < 1:
             raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
@@ -144,9 +173,9 @@ class MusicPerformer(nn.Module):
             raise ValueError(f"token ids must be in 0 .. {self.cfg.vocab_size - 1}, got "
                              f"{int(tokens.min())} .. {int(tokens.max())}")
         length = tokens.shape[1]
-        if code is None:
-            code = self.draw_positional_code(start + length)
-        context = self.pe.context(code, start, length)
+        if positional_noise is None:
+            positional_noise = self.draw_positional_noise(start + length)
+        context = self.pe.context(positional_noise, start, length)
         x = self.embedding(tokens) * math.sqrt(self.cfg.d_model)  # (B, N, C)
         return self.dropout(self.pe.embed(x, start)), context
 

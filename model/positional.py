@@ -1,64 +1,102 @@
-"""Positional encodings of a MusicPerformer, behind one interface.
+"""Positional encodings of a MusicPerformer: one interface, one registry.
 
-A `PositionalEncoding` may act at two places:
+Vocabulary (the same words in model/, spe/ and docs/architecture.md):
 
-- `embed(x, start)`: on the token embeddings (absolute encodings: ape, learned_ape);
-- `queries_keys(layer, q, k, context)`: on each layer's queries and keys, before the FAVOR+ feature
-  map (rope rotates them; SPE filters them into R-dimensional qhat, khat).
-
-`context(code, start, length)` is computed once per forward pass (or recurrent step) at model level
-and handed to every layer: the SPE codes (qbar, kbar) of the shared generator, or rope's angles.
-A `PositionalCode` is the random part of one SPE realisation (the code noise and each layer's gate
-noise); the same code gives the same encoding, in a parallel forward or step by step.
+- a *positional encoding* (`PositionalEncoding`, the class registered under `ModelConfig.pe` in
+  `POSITIONAL_ENCODINGS`) acts on the token embeddings (`embed`: ape, learned_ape) and/or on each
+  layer's queries and keys before the FAVOR+ feature map (`queries_keys`: rope rotates them, SPE
+  filters them into R-dimensional qhat, khat);
+- the *positional noise* (`PositionalNoise`, from `draw_noise(length)`) is the random part of one SPE
+  realisation: each code generator's noise and each layer's gate noise. The same positional noise
+  gives the same encoding, in a parallel forward or step by step. Deterministic encodings have none;
+- a *code* is the pair (qbar, kbar), each (1, N, H, D, R), that a code generator (`SineSPE`,
+  `ConvSPE`) computes from its noise at N given positions (spe's word); wrapped in a `SharedCode`
+  when every layer uses it;
+- the *context* (`PositionalContext`, from `context(noise, start, length)`) is what every layer needs
+  for positions start .. start+length-1, computed once per forward pass or recurrent step at model
+  level: an `SPEContext` (the codes and the gate noises) or a `RotaryContext` (cos, sin).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 import torch.nn as nn
 
-from model.config import ModelConfig
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
+from spe.filter import Code  # (qbar, kbar), each (1, N, H, D, R)
+
+if TYPE_CHECKING:
+    from model.config import ModelConfig
+
+CODE_BLOCK = 128  # positions of code evaluated at once when stepping without gradients
 
 
 @dataclass
-class PositionalCode:
-    noises: list[torch.Tensor]  # SPE noise, one per code generator (1 when share_pe, else n_layer)
+class PositionalNoise:
+    code_noises: list[torch.Tensor]  # one per code generator (1 when share_pe, else n_layer)
     gate_noises: list[torch.Tensor] | None  # per layer (H, D, R) gate noise; None when ungated
-    length: int  # number of positions the code was drawn for (conv_spe cannot go beyond)
-    # generation: per generator, the (qbar, kbar) of the block of CODE_BLOCK positions in use
+    length: int  # number of positions the noise was drawn for (conv_spe cannot go beyond)
+    # generation: per generator, the code of the block of CODE_BLOCK positions in use
     blocks: dict = field(default_factory=dict, repr=False, compare=False)
 
 
-CODE_BLOCK = 128  # positions of code evaluated at once when stepping without gradients
+@dataclass
+class SPEContext:
+    codes: list[SharedCode | Code]  # one code per generator at the positions of the pass
+    gate_noises: list[torch.Tensor] | None  # per layer (H, D, R) gate noise; None when ungated
+
+
+@dataclass
+class RotaryContext:
+    cos: torch.Tensor  # (N, 1, D/2) float64 cosines of the rotation angles
+    sin: torch.Tensor  # (N, 1, D/2) float64 sines
+
+
+PositionalContext = Optional[Union[SPEContext, RotaryContext]]
 
 
 class PositionalEncoding(nn.Module):
     """Base class: no positional information at all (pe="none")."""
 
+    stochastic = False  # whether the encoding draws a PositionalNoise (SPE)
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.qk_dims = cfg.head_dim  # width of the vectors handed to the feature map
 
-    def draw_code(self, length: int, generator: torch.Generator | None = None
-                  ) -> PositionalCode | None:
-        """One random realisation of the encoding (None: the encoding is deterministic)."""
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """ValueError when cfg does not suit this encoding (called by ModelConfig)."""
+
+    @property
+    def max_positions(self) -> int | None:
+        """Number of positions the encoding knows (None: any position)."""
         return None
+
+    def draw_noise(self, length: int, generator: torch.Generator | None = None
+                   ) -> PositionalNoise | None:
+        """One random realisation for positions 0 .. length-1 (None: the encoding is deterministic)."""
+        return None
+
+    def extend_noise(self, noise: PositionalNoise | None, length: int,
+                     generator: torch.Generator | None = None) -> PositionalNoise | None:
+        """The same realisation covering `length` positions; positions already covered unchanged."""
+        return noise
 
     def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
         """Token embeddings (B, N, d_model) of positions start .. start+N-1, position added."""
         return x
 
-    def context(self, code: PositionalCode | None, start: int, length: int) -> Any:
+    def context(self, noise: PositionalNoise | None, start: int, length: int) -> PositionalContext:
         """What every layer needs for positions start .. start+length-1, computed once."""
-        if code is not None:
-            raise ValueError(f"{type(self).__name__} takes no positional code, got one")
+        if noise is not None:
+            raise ValueError(f"{type(self).__name__} takes no positional noise, got one")
         return None
 
-    def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor, context: Any
+    def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor, context: PositionalContext
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, N, H, D) queries and keys -> (B, N, H, qk_dims) inputs of the feature map."""
         return q, k
@@ -74,22 +112,34 @@ def sinusoids(positions: torch.Tensor, dims: int) -> torch.Tensor:
     return table
 
 
-class AbsolutePE(PositionalEncoding):
-    """ape (fixed sinusoids, any position) or learned_ape (a table of max_len positions)."""
+class SinusoidalAPE(PositionalEncoding):
+    """ape: fixed sinusoids added to the embeddings, any position."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
         self.d_model = cfg.d_model
-        self.max_len = cfg.max_len
-        self.table = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.pe == "learned_ape" else None
 
     def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
         positions = torch.arange(start, start + x.shape[1], device=x.device)  # (N,)
-        if self.table is None:
-            return x + sinusoids(positions, self.d_model).to(x.dtype)
-        if start + x.shape[1] > self.max_len:
-            raise ValueError(f"learned_ape knows {self.max_len} positions (max_len), asked for "
+        return x + sinusoids(positions, self.d_model).to(x.dtype)
+
+
+class LearnedAPE(PositionalEncoding):
+    """learned_ape: a learned table of max_len positions added to the embeddings."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.table = nn.Embedding(cfg.max_len, cfg.d_model)
+
+    @property
+    def max_positions(self) -> int:
+        return self.table.num_embeddings
+
+    def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        if start + x.shape[1] > self.max_positions:
+            raise ValueError(f"learned_ape knows {self.max_positions} positions (max_len), asked for "
                              f"positions up to {start + x.shape[1] - 1}")
+        positions = torch.arange(start, start + x.shape[1], device=x.device)  # (N,)
         return x + self.table(positions)
 
 
@@ -102,17 +152,20 @@ class RotaryPE(PositionalEncoding):
         inverse = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / half)  # (D/2,)
         self.register_buffer("inv_freq", inverse, persistent=False)
 
-    def context(self, code: PositionalCode | None, start: int, length: int
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        super().context(code, start, length)
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        if cfg.head_dim % 2 != 0:
+            raise ValueError(f"rope needs an even head size, got d_model / n_head = {cfg.head_dim}")
+
+    def context(self, noise: PositionalNoise | None, start: int, length: int) -> RotaryContext:
+        super().context(noise, start, length)
         positions = torch.arange(start, start + length, device=self.inv_freq.device)
         angles = positions.double()[:, None] * self.inv_freq  # (N, D/2), float64 for far positions
-        return angles.cos()[:, None, :], angles.sin()[:, None, :]  # (N, 1, D/2) each
+        return RotaryContext(cos=angles.cos()[:, None, :], sin=angles.sin()[:, None, :])  # (N, 1, D/2)
 
-    def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor,
-                     context: tuple[torch.Tensor, torch.Tensor]
+    def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor, context: RotaryContext
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = (t.to(q.dtype) for t in context)
+        cos, sin = context.cos.to(q.dtype), context.sin.to(q.dtype)
         return rotate(q, cos, sin), rotate(k, cos, sin)
 
 
@@ -123,7 +176,10 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class StochasticPE(PositionalEncoding):
-    """sine_spe / conv_spe: shared (or per-layer) code generators, one SPEFilter per layer."""
+    """SPE: shared (or per-layer) code generators, one SPEFilter per layer; subclasses name the generator."""
+
+    stochastic = True
+    bounded_by_noise = False  # whether a code exists only at the positions its noise was drawn for
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
@@ -131,15 +187,8 @@ class StochasticPE(PositionalEncoding):
         self.num_realizations = cfg.num_realizations
         self.gated = cfg.gated
         self.n_layer = cfg.n_layer
-
-        def generator() -> nn.Module:
-            if cfg.pe == "sine_spe":
-                return SineSPE(num_heads=cfg.n_head, in_features=cfg.head_dim,
-                               num_realizations=cfg.num_realizations, num_sines=cfg.num_sines)
-            return ConvSPE(ndim=1, num_heads=cfg.n_head, in_features=cfg.head_dim,
-                           num_realizations=cfg.num_realizations, kernel_size=cfg.kernel_size)
-
-        self.spes = nn.ModuleList([generator() for _ in range(1 if cfg.share_pe else cfg.n_layer)])
+        count = 1 if cfg.share_pe else cfg.n_layer
+        self.spes = nn.ModuleList([self.make_generator(cfg) for _ in range(count)])
         # how the layers apply a code: None (best available) / "compiled" / "torch" backend of a
         # SharedCode (one code, gradients accumulated in place), or "autograd" (the (qbar, kbar)
         # tuple, plain autograd: the reference); the values are the same
@@ -148,68 +197,115 @@ class StochasticPE(PositionalEncoding):
         self.filters = nn.ModuleList([SPEFilter(gated=cfg.gated, code_shape=code_shape)
                                       for _ in range(cfg.n_layer)])
 
-    def draw_code(self, length: int, generator: torch.Generator | None = None) -> PositionalCode:
+    @staticmethod
+    def make_generator(cfg: ModelConfig) -> SineSPE | ConvSPE:
+        """One code generator for cfg."""
+        raise NotImplementedError
+
+    def extend_code_noise(self, noise: torch.Tensor, extra: int, generator: torch.Generator | None
+                          ) -> torch.Tensor:
+        """One generator's noise covering `extra` more positions (unchanged when not bounded)."""
+        return noise
+
+    def draw_noise(self, length: int, generator: torch.Generator | None = None) -> PositionalNoise:
         if length < 1:
-            raise ValueError(f"a positional code needs length >= 1, got {length}")
-        noises = [spe.draw_noise(length, self.num_realizations, generator=generator)
-                  for spe in self.spes]
+            raise ValueError(f"a positional noise needs length >= 1, got {length}")
+        code_noises = [spe.draw_noise(length, self.num_realizations, generator=generator)
+                       for spe in self.spes]
         gate_noises = None
         if self.gated:
-            gate_noises = [f.draw_gate_noise(self.num_realizations, generator=generator).to(noises[0])
+            gate_noises = [f.draw_gate_noise(self.num_realizations, generator=generator).to(code_noises[0])
                            for f in self.filters]
-        return PositionalCode(noises=noises, gate_noises=gate_noises, length=length)
+        return PositionalNoise(code_noises=code_noises, gate_noises=gate_noises, length=length)
 
-    def context(self, code: PositionalCode | None, start: int, length: int
-                ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], PositionalCode]:
-        if not isinstance(code, PositionalCode):
-            raise ValueError(f"{type(self).__name__} needs a PositionalCode, got {type(code).__name__}")
-        if len(code.noises) != len(self.spes) or (code.gate_noises is None) == self.gated:
-            raise ValueError("this positional code was drawn for another SPE configuration "
+    def extend_noise(self, noise: PositionalNoise | None, length: int,
+                     generator: torch.Generator | None = None) -> PositionalNoise | None:
+        if noise is None or noise.length >= length:
+            return noise
+        code_noises = [self.extend_code_noise(n, length - noise.length, generator) for n in noise.code_noises]
+        return PositionalNoise(code_noises=code_noises, gate_noises=noise.gate_noises, length=length)
+
+    def context(self, noise: PositionalNoise | None, start: int, length: int) -> SPEContext:
+        if not isinstance(noise, PositionalNoise):
+            raise ValueError(f"{type(self).__name__} needs a PositionalNoise, got {type(noise).__name__}")
+        if len(noise.code_noises) != len(self.spes) or (noise.gate_noises is None) == self.gated:
+            raise ValueError("this positional noise was drawn for another SPE configuration "
                              "(share_pe / gated differ)")
-        codes = [self._codes(index, code, start, length) for index in range(len(self.spes))]
+        codes: list[SharedCode | Code] = [self._code(index, noise, start, length)
+                                          for index in range(len(self.spes))]
         if self.contraction != "autograd":
             codes = [SharedCode(qbar, kbar, self.contraction) for qbar, kbar in codes]
-        return codes, code  # codes: one SharedCode (or (qbar, kbar), each (1, N, H, D, R)) per generator
+        return SPEContext(codes=codes, gate_noises=noise.gate_noises)
 
-    def _codes(self, index: int, code: PositionalCode, start: int, length: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(qbar, kbar) of generator `index` at positions start .. start+length-1, (1, N, H, D, R).
+    def _code(self, index: int, noise: PositionalNoise, start: int, length: int) -> Code:
+        """The code (qbar, kbar) of generator `index` at positions start .. start+length-1.
 
         Without gradients (generation), short requests are served from a block of CODE_BLOCK
         positions evaluated at once: stepping then costs one code evaluation per block, not per token
         (convSPE evaluates a code by FFT over the filter length).
         """
-        spe, noise = self.spes[index], code.noises[index]
+        spe, code_noise = self.spes[index], noise.code_noises[index]
         if torch.is_grad_enabled() or length >= CODE_BLOCK:
-            return spe.codes(noise, start, length)
+            return spe.codes(code_noise, start, length)
         first = start - start % CODE_BLOCK
         versions = tuple((p._version, p.data_ptr(), p.dtype) for p in spe.parameters())  # changed: stale
-        cached = code.blocks.get(index)
+        cached = noise.blocks.get(index)
         if cached is None or cached[0] != first or cached[1] != versions or start + length > cached[2]:
-            end = first + CODE_BLOCK if isinstance(spe, SineSPE) else min(first + CODE_BLOCK, code.length)
+            end = first + CODE_BLOCK
+            if self.bounded_by_noise:
+                end = min(end, noise.length)
             end = max(end, start + length)
-            cached = (first, versions, end, spe.codes(noise, first, end - first))
-            code.blocks[index] = cached
+            cached = (first, versions, end, spe.codes(code_noise, first, end - first))
+            noise.blocks[index] = cached
         offset = start - first
         qbar, kbar = cached[3]
         return qbar[:, offset:offset + length], kbar[:, offset:offset + length]
 
-    def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor,
-                     context: tuple[list[SharedCode | tuple[torch.Tensor, torch.Tensor]], PositionalCode]
+    def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor, context: SPEContext
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        codes, code = context
-        pair = codes[0] if len(codes) == 1 else codes[layer]
-        gate_noise = None if code.gate_noises is None else code.gate_noises[layer]
-        return self.filters[layer](q, k, pair, gate_noise=gate_noise)  # (B, N, H, R) each
+        code = context.codes[0] if len(context.codes) == 1 else context.codes[layer]
+        gate_noise = None if context.gate_noises is None else context.gate_noises[layer]
+        return self.filters[layer](q, k, code, gate_noise=gate_noise)  # (B, N, H, R) each
+
+
+class SineStochasticPE(StochasticPE):
+    """sine_spe: SineSPE generators; the code exists at any position whatever the noise's length."""
+
+    @staticmethod
+    def make_generator(cfg: ModelConfig) -> SineSPE:
+        return SineSPE(num_heads=cfg.n_head, in_features=cfg.head_dim,
+                       num_realizations=cfg.num_realizations, num_sines=cfg.num_sines)
+
+
+class ConvStochasticPE(StochasticPE):
+    """conv_spe: ConvSPE generators; the noise covers the positions it was drawn for."""
+
+    bounded_by_noise = True
+
+    @staticmethod
+    def make_generator(cfg: ModelConfig) -> ConvSPE:
+        return ConvSPE(ndim=1, num_heads=cfg.n_head, in_features=cfg.head_dim,
+                       num_realizations=cfg.num_realizations, kernel_size=cfg.kernel_size)
+
+    def extend_code_noise(self, noise: torch.Tensor, extra: int, generator: torch.Generator | None
+                          ) -> torch.Tensor:
+        """Fresh i.i.d. samples appended along time (position m's code reads noise m .. m + P - 1)."""
+        appended = torch.randn(*noise.shape[:-1], extra, generator=generator, device=noise.device,
+                               dtype=noise.dtype)  # (R, H*D, extra)
+        return torch.cat([noise, appended], dim=-1)  # (R, H*D, length + P - 1)
+
+
+# ModelConfig.pe -> encoding class (model.config derives PE_KINDS and SPE_KINDS from it)
+POSITIONAL_ENCODINGS: dict[str, type[PositionalEncoding]] = {
+    "sine_spe": SineStochasticPE,
+    "conv_spe": ConvStochasticPE,
+    "ape": SinusoidalAPE,
+    "learned_ape": LearnedAPE,
+    "rope": RotaryPE,
+    "none": PositionalEncoding,
+}
 
 
 def build_positional_encoding(cfg: ModelConfig) -> PositionalEncoding:
     """The positional encoding named by cfg.pe."""
-    if cfg.is_spe:
-        return StochasticPE(cfg)
-    if cfg.pe in ("ape", "learned_ape"):
-        return AbsolutePE(cfg)
-    if cfg.pe == "rope":
-        return RotaryPE(cfg)
-    return PositionalEncoding(cfg)
-
+    return POSITIONAL_ENCODINGS[cfg.pe](cfg)

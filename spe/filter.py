@@ -50,9 +50,14 @@ class SPEFilter(nn.Module):
         if isinstance(code, SharedCode):
             return self._forward_shared(queries, keys, code, gate_noise)
         qbar, kbar = code
-        self._check(queries, keys, qbar, kbar)
-        size = queries.shape[1:-2]
-        if tuple(qbar.shape[1:-3]) != tuple(size):  # crop only when needed: its backward writes a full-size zero grad
+        if qbar.shape != kbar.shape:
+            raise ValueError(f"qbar and kbar must have the same shape, got {tuple(qbar.shape)} and "
+                             f"{tuple(kbar.shape)}")
+        self._check(queries, keys, tuple(qbar.shape))
+        size, code_size = tuple(queries.shape[1:-2]), tuple(qbar.shape[1:-3])
+        if any(c < s for s, c in zip(size, code_size)):
+            raise ValueError(f"code covers {code_size} positions, shorter than the inputs' {size}")
+        if code_size != size:  # crop only when needed: its backward writes a full-size zero grad
             crop = (slice(None), *(slice(0, s) for s in size))
             qbar, kbar = qbar[crop], kbar[crop]                         # (1, *size, H, D, R)
         positions = math.prod(size)
@@ -68,15 +73,7 @@ class SPEFilter(nn.Module):
 
     def _forward_shared(self, queries, keys, code: SharedCode, gate_noise):
         """`forward` for a SharedCode: same values, the code gradient accumulated in place."""
-        if queries.shape != keys.shape or queries.dim() < 3:
-            raise ValueError(f"queries and keys must have the same shape (B, *size, H, D), got "
-                             f"{tuple(queries.shape)} and {tuple(keys.shape)}")
-        heads_features = tuple(code.shape[-3:-1])
-        if tuple(queries.shape[-2:]) != heads_features or (
-                self.code_shape is not None and heads_features != self.code_shape):
-            raise ValueError(f"queries have (heads, features) {tuple(queries.shape[-2:])}, the code "
-                             f"{heads_features}" + ("" if self.code_shape is None else
-                                                     f", this filter expects {self.code_shape}"))
+        self._check(queries, keys, code.shape)
         size = tuple(queries.shape[1:-2])
         positions = code.positions(size)                                # checks the size
         flat = (queries.shape[0], positions[0].shape[0], *queries.shape[-2:])
@@ -129,24 +126,22 @@ class SPEFilter(nn.Module):
         """delta = sigmoid(gate): (H, D), or None when not gated."""
         return torch.sigmoid(self.gate) if self.gated else None
 
-    def _check(self, queries, keys, qbar, kbar):
-        """ValueError on any shape inconsistency between queries, keys and the code."""
+    def _check(self, queries, keys, code_shape: Tuple[int, ...]):
+        """ValueError unless queries and keys (B, *size, H, D) suit a code of shape code_shape (that of
+        qbar, or of a SharedCode): (1, *code_size, H, D, R). Whether code_size covers size is left
+        to the caller (a tuple code is cropped, a SharedCode serves prefixes)."""
         if queries.shape != keys.shape:
             raise ValueError(f"queries and keys must have the same shape, got {tuple(queries.shape)} "
                              f"and {tuple(keys.shape)}")
-        if qbar.shape != kbar.shape:
-            raise ValueError(f"qbar and kbar must have the same shape, got {tuple(qbar.shape)} and {tuple(kbar.shape)}")
-        if queries.dim() < 3 or qbar.dim() != queries.dim() + 1 or qbar.shape[0] != 1:
+        if queries.dim() < 3 or len(code_shape) != queries.dim() + 1 or code_shape[0] != 1:
             raise ValueError(f"queries (B, *size, H, D) and code (1, *size, H, D, R) do not match: "
-                             f"{tuple(queries.shape)} and {tuple(qbar.shape)}")
-        if self.code_shape is not None and tuple(qbar.shape[-3:-1]) != self.code_shape:
-            raise ValueError(f"code has (heads, features) {tuple(qbar.shape[-3:-1])}, expected {self.code_shape}")
-        if tuple(qbar.shape[-3:-1]) != tuple(queries.shape[-2:]):
+                             f"{tuple(queries.shape)} and {tuple(code_shape)}")
+        heads_features = tuple(code_shape[-3:-1])
+        if self.code_shape is not None and heads_features != self.code_shape:
+            raise ValueError(f"code has (heads, features) {heads_features}, expected {self.code_shape}")
+        if heads_features != tuple(queries.shape[-2:]):
             raise ValueError(f"queries have (heads, features) {tuple(queries.shape[-2:])}, "
-                             f"but the code has {tuple(qbar.shape[-3:-1])}")
-        size, code_size = tuple(queries.shape[1:-2]), tuple(qbar.shape[1:-3])
-        if any(c < s for s, c in zip(size, code_size)):
-            raise ValueError(f"code covers {code_size} positions, shorter than the inputs' {size}")
+                             f"but the code has {heads_features}")
 
 
 def _mix_code(x, code, positional=None, noise=None, free=None):

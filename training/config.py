@@ -21,12 +21,11 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from model import ModelConfig
+from model import DEVICE_NAMES, ModelConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the YAML files shipped with the repo
 CORPUS_KINDS = ("default", "midi_folder", "pop1k7", "pop909", "groove", "trio")
 TOKEN_FORMATS = ("remi", "groove")
-DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 # The model section: every ModelConfig field except vocab_size, same types and defaults.
@@ -102,7 +101,7 @@ class TrainConfig:
             raise ValueError(f"train.betas must be in [0, 1), got {self.betas}")
         if not 0.0 <= self.redraw_prob <= 1.0:
             raise ValueError(f"train.redraw_prob must be in [0, 1], got {self.redraw_prob}")
-        _choice("train.device", self.device, DEVICES)
+        _choice("train.device", self.device, DEVICE_NAMES)
         _choice("train.precision", self.precision, PRECISIONS)
 
 

@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
-from data import IGNORE_INDEX, CropDataset, TokenCorpus, ValidationSet
+from data import CropDataset, TokenCorpus, ValidationSet
 from data.build import build_corpus, corpus_built, load_checked_corpus
-from model import MusicPerformer
+from model import IGNORE_INDEX, MusicPerformer, resolve_device
 from training.checkpoint import capture_rng, read_meta, restore_rng, restore_training, save_checkpoint
 from training.config import DataConfig, RunConfig
 from training.distributed import DistEnv
@@ -245,8 +244,7 @@ class Trainer:
             self.model.redraw_features(self.redraw_rng)
         self.model.train()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            logits = self.ddp(inputs)  # (B, N, V)
-        loss = token_loss(logits, targets)
+            _, loss = self.ddp(inputs, targets)  # mean cross-entropy over the (B, N) targets
         loss.backward()
         clip = t.grad_clip if t.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
@@ -288,8 +286,8 @@ class Trainer:
             for inputs, targets in loader:
                 inputs, targets = inputs.long().to(self.device), targets.long().to(self.device)
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                    logits = self.model(inputs)  # (B, N, V)
-                total += token_loss(logits, targets, reduction="sum").item()
+                    _, loss = self.model(inputs, targets, reduction="sum")
+                total += loss.item()
                 count += float((targets != IGNORE_INDEX).sum())
         self.model.train()
         total, count = self.dist.total([total, count], self.device)
@@ -302,22 +300,6 @@ class Trainer:
         if flag and self.stop_signal is None:
             self.stop_signal = signal.SIGTERM
         return bool(flag)
-
-
-def token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy of (B, N, V) logits against (B, N) targets, padding (-100) left out."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
-                           reduction=reduction)
-
-
-def resolve_device(name: str, local_rank: int) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("train.device is cuda but no CUDA device is available")
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
 
 
 def install_stop_handlers(trainer: Trainer) -> dict[int, Any]:

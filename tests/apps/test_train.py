@@ -17,6 +17,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 import apps.train as train
+import model.performer as performer
 import training.trainer as trainer
 from model import MusicPerformer
 from training.checkpoint import list_checkpoints, load_checkpoint
@@ -129,7 +130,7 @@ def test_existing_run_needs_resume(tmp_path, corpus_root, capsys):
 
 def test_nan_loss_stops_with_a_message(tmp_path, corpus_root, monkeypatch, capsys):
     config = config_file(tmp_path, corpus_root, train={"ckpt_every": 1})
-    original_loss = trainer.token_loss
+    original_loss = performer.token_loss  # what MusicPerformer.forward computes its loss with
     calls = []
 
     def poisoned(logits, targets, reduction="mean"):
@@ -137,7 +138,7 @@ def test_nan_loss_stops_with_a_message(tmp_path, corpus_root, monkeypatch, capsy
         loss = original_loss(logits, targets, reduction)
         return loss * math.nan if len(calls) == 3 else loss
 
-    monkeypatch.setattr(trainer, "token_loss", poisoned)
+    monkeypatch.setattr(performer, "token_loss", poisoned)
     out = tmp_path / "run"
     assert train.main(["--config", str(config), "--out", str(out)]) == 1
     assert "nan" in capsys.readouterr().err.lower()

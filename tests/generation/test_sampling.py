@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from generation.sampling import (Decoder, GrammarDeadEnd, SamplingConfig, check_length, extend_code, generate,
+from generation.sampling import (Decoder, GrammarDeadEnd, SamplingConfig, check_length, generate,
                            generate_batch, sample_next, sampling_probabilities)
 from model import ModelConfig, MusicPerformer
 from remi import REMITokenizer
@@ -105,20 +105,21 @@ def test_constrained_generation_follows_the_grammar(tokenizer):
     assert trimmed  # the budget ended inside a note at least once, and its tokens were dropped
 
 
-def test_decoding_is_reproducible_and_uses_one_code_for_the_whole_length(tokenizer):
-    """Replaying the draws on a parallel forward with the same code gives the same tokens."""
+def test_decoding_is_reproducible_and_uses_one_noise_for_the_whole_length(tokenizer):
+    """Replaying the draws on a parallel forward with the same noise gives the same tokens."""
     model = tiny_model(tokenizer.vocab_size)
     prompt = [tokenizer.bar_id, tokenizer.vocab["Beat_0"]]
     sampling = SamplingConfig(top_p=0.95, temperature=1.0, constrained=False)
     result = generate(model, tokenizer, prompt, 40, sampling, generator=torch.Generator().manual_seed(3))
     again = generate(model, tokenizer, prompt, 40, sampling, generator=torch.Generator().manual_seed(3))
     assert result.tokens == again.tokens
-    assert result.code_length == len(prompt) + 40
+    assert result.noise_length == len(prompt) + 40
 
     generator = torch.Generator().manual_seed(3)
-    code = model.draw_positional_code(result.code_length, generator=generator)
+    noise = model.draw_positional_noise(result.noise_length, generator=generator)
     with torch.no_grad():
-        logits = model(torch.tensor([result.tokens]), positional_code=code)[0]  # (N, V)
+        logits, _ = model(torch.tensor([result.tokens]), positional_noise=noise)
+        logits = logits[0]  # (N, V)
     replay = list(prompt)
     for position in range(len(prompt) - 1, len(result.tokens) - 1):
         replay.append(int(sample_next(logits[position:position + 1], sampling.top_p, sampling.temperature,
@@ -164,7 +165,7 @@ def test_bad_requests(tokenizer):
 # ------------------------------------------------------------------------ batched decoding
 def test_batched_samples_are_grammatical_and_match_a_parallel_forward(tokenizer):
     """Each row of the batched recurrent state is that sample's own: the decoder's next-token logits
-    equal a parallel forward over the sample's tokens with the same positional code."""
+    equal a parallel forward over the sample's tokens with the same positional noise."""
     model = tiny_model(tokenizer.vocab_size)
     prompt = [tokenizer.bar_id, tokenizer.vocab["Beat_0"]]
     decoder = Decoder(model, tokenizer, prompt, num_samples=3, sampling=SamplingConfig(top_p=1.0),
@@ -175,7 +176,7 @@ def test_batched_samples_are_grammatical_and_match_a_parallel_forward(tokenizer)
         if decoder.at_eos[i]:
             continue
         with torch.no_grad():
-            logits = model(torch.tensor([tokens]), positional_code=decoder.code)[0, -1]  # (V,)
+            logits = model(torch.tensor([tokens]), positional_noise=decoder.noise)[0][0, -1]  # (V,)
         assert torch.allclose(decoder.logits[i], logits, atol=1e-4)
     for result in decoder.results():
         state = tokenizer.constraint_state()
@@ -202,14 +203,14 @@ def test_continuing_keeps_the_state_and_undo_restores_it(tokenizer, pe):
     decoder.run(10)
     before = [list(t) for t in decoder.tokens]
     snapshot = decoder.snapshot()
-    decoder.run(15)  # beyond the code drawn at first: it is extended
-    assert decoder.code_length >= 26
+    decoder.run(15)  # beyond the noise drawn at first: it is extended
+    assert decoder.noise_length >= 26
     for old, new in zip(before, decoder.tokens):
         assert new[:len(old)] == old
     for i, tokens in enumerate(decoder.tokens):  # the state still matches the whole sequence
         if not decoder.at_eos[i]:
             with torch.no_grad():
-                logits = model(torch.tensor([tokens]), positional_code=decoder.code)[0, -1]
+                logits = model(torch.tensor([tokens]), positional_noise=decoder.noise)[0][0, -1]
             assert torch.allclose(decoder.logits[i], logits, atol=1e-4)
     decoder.restore(snapshot)
     assert decoder.tokens == before and decoder.state.position == snapshot["state"].position
@@ -227,16 +228,16 @@ def test_resuming_equals_one_run(tokenizer):
     assert once.tokens == twice.tokens
 
 
-def test_extended_conv_code_keeps_the_covered_positions(tokenizer):
+def test_extended_conv_noise_keeps_the_covered_positions(tokenizer):
     model = tiny_model(tokenizer.vocab_size, pe="conv_spe")
-    code = model.draw_positional_code(20, generator=torch.Generator().manual_seed(0))
-    longer = extend_code(model, code, 50, torch.Generator().manual_seed(1))
+    noise = model.draw_positional_noise(20, generator=torch.Generator().manual_seed(0))
+    longer = model.extend_positional_noise(noise, 50, torch.Generator().manual_seed(1))
     assert longer.length == 50
     spe = model.pe.spes[0]
-    short_q, short_k = spe.codes(code.noises[0], 0, 20)
-    long_q, long_k = spe.codes(longer.noises[0], 0, 50)
+    short_q, short_k = spe.codes(noise.code_noises[0], 0, 20)
+    long_q, long_k = spe.codes(longer.code_noises[0], 0, 50)
     assert torch.allclose(short_q, long_q[:, :20], atol=1e-5) and torch.allclose(short_k, long_k[:, :20], atol=1e-5)
-    assert extend_code(model, code, 10) is code
+    assert model.extend_positional_noise(noise, 10) is noise
 
 
 def test_per_sample_stop_conditions(tokenizer):

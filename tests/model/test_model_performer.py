@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from model import ModelConfig, MusicPerformer, PositionalCode, count_parameters
+from model import ModelConfig, MusicPerformer, PositionalNoise, count_parameters
 
 from model.config import PE_KINDS as ALL_PE
 
@@ -15,14 +15,14 @@ from model.config import PE_KINDS as ALL_PE
 @pytest.mark.parametrize("pe", ALL_PE)
 def test_logits_shape_and_no_future_leak(make_model, tokens, pe):
     model = make_model(pe)
-    code = model.draw_positional_code(tokens.shape[1])
+    noise = model.draw_positional_noise(tokens.shape[1])
     with torch.no_grad():
-        logits = model(tokens, code)
+        logits = model(tokens, positional_noise=noise)[0]
         assert logits.shape == (*tokens.shape, model.cfg.vocab_size)
         for t in (0, 5, 22):
             changed = tokens.clone()
             changed[:, t + 1] = (changed[:, t + 1] + 1) % model.cfg.vocab_size
-            other = model(changed, code)
+            other = model(changed, positional_noise=noise)[0]
             torch.testing.assert_close(other[:, : t + 1], logits[:, : t + 1], atol=1e-5, rtol=1e-5)
             assert (other[:, t + 1] - logits[:, t + 1]).abs().max() > 1e-3
 
@@ -31,10 +31,10 @@ def test_logits_shape_and_no_future_leak(make_model, tokens, pe):
 @pytest.mark.parametrize("options", [{}, {"gated": False, "share_pe": False}])
 def test_recurrent_steps_equal_parallel_forward(make_model, tokens, pe, options):
     model = make_model(pe, **options)
-    code = model.draw_positional_code(tokens.shape[1])
+    noise = model.draw_positional_noise(tokens.shape[1])
     with torch.no_grad():
-        parallel = model(tokens, code)
-        state = model.init_state(tokens.shape[0], positional_code=code)
+        parallel = model(tokens, positional_noise=noise)[0]
+        state = model.init_state(tokens.shape[0], positional_noise=noise)
         steps = []
         for t in range(tokens.shape[1]):
             logits, state = model.step(tokens[:, t], state)
@@ -50,7 +50,7 @@ def test_recurrent_steps_stay_exact_when_the_key_maximum_grows(make_model, token
     with torch.no_grad():
         for block in model.blocks:
             block.attn.qkv.weight.mul_(6.0)  # log-features spanning more than float32's exp range
-        reference = copy.deepcopy(model).double()(tokens).float()  # float64: the global offset suffices
+        reference = copy.deepcopy(model).double()(tokens)[0].float()  # float64: the global offset suffices
         state = model.init_state(tokens.shape[0])
         steps, first_offsets = [], None
         for t in range(tokens.shape[1]):
@@ -64,7 +64,7 @@ def test_recurrent_steps_stay_exact_when_the_key_maximum_grows(make_model, token
 
 def test_state_size_does_not_grow_with_position(make_model):
     model = make_model("conv_spe")
-    state = model.init_state(3, positional_code=model.draw_positional_code(40))
+    state = model.init_state(3, positional_noise=model.draw_positional_noise(40))
     shapes = [tuple(s.kv.shape) for s in state.layers]
     with torch.no_grad():
         for _ in range(30):
@@ -76,13 +76,13 @@ def test_state_size_does_not_grow_with_position(make_model):
 def test_open_gates_make_attention_independent_of_position(make_model, pe):
     model = make_model(pe)
     repeated = torch.full((1, 20), 3)  # one repeated token: only positions tell the keys apart
-    code = model.draw_positional_code(20)
+    noise = model.draw_positional_noise(20)
     maps = {}
     for name, gate in (("open", 40.0), ("closed", -40.0)):
         with torch.no_grad():
             for f in model.pe.filters:
                 f.gate.fill_(gate)
-            maps[name] = model.attention_maps(repeated, layer=0, positional_code=code)[0]  # (H, N, N)
+            maps[name] = model.attention_maps(repeated, layer=0, positional_noise=noise)[0]  # (H, N, N)
     lower = torch.ones(20, 20, dtype=torch.bool).tril()
     for head in maps["open"]:
         values = head[lower]
@@ -93,12 +93,12 @@ def test_open_gates_make_attention_independent_of_position(make_model, pe):
 
 def test_attention_maps_are_the_normalised_attention_of_the_layer(make_model, tokens):
     model = make_model("sine_spe")
-    code = model.draw_positional_code(tokens.shape[1])
+    noise = model.draw_positional_noise(tokens.shape[1])
     with torch.no_grad():
-        maps = model.attention_maps(tokens, layer=1, positional_code=code)  # (B, H, N, N)
+        maps = model.attention_maps(tokens, layer=1, positional_noise=noise)  # (B, H, N, N)
         assert maps.shape == (2, 2, 24, 24) and maps.dtype == torch.float64
         assert (maps.triu(1) == 0).all() and (maps.tril() > 0).sum() == 2 * 2 * 24 * 25 // 2
-        x, context = model._embed(tokens, code, start=0)
+        x, context = model._embed(tokens, noise, start=0)
         x = model.blocks[0](x, model.pe, context)
         block = model.blocks[1]
         normed = block.ln_attn(x)
@@ -111,42 +111,43 @@ def test_attention_maps_are_the_normalised_attention_of_the_layer(make_model, to
 
 def test_random_features_change_only_with_redraw(make_model, tokens):
     model = make_model("sine_spe")
-    code = model.draw_positional_code(tokens.shape[1])
+    noise = model.draw_positional_noise(tokens.shape[1])
     before = [b.attn.features.projection.clone() for b in model.blocks]
     with torch.no_grad():
-        first = model(tokens, code)
-        torch.testing.assert_close(model(tokens, code), first, atol=0.0, rtol=0.0)
+        first = model(tokens, positional_noise=noise)[0]
+        torch.testing.assert_close(model(tokens, positional_noise=noise)[0], first, atol=0.0, rtol=0.0)
     model.train()
-    model(tokens, code).sum().backward()  # training does not redraw features by itself
+    model(tokens, positional_noise=noise)[0].sum().backward()  # training does not redraw features by itself
     model.eval()
     for block, projection in zip(model.blocks, before):
         assert torch.equal(block.attn.features.projection, projection)
     model.redraw_features(torch.Generator().manual_seed(5))
     with torch.no_grad():
-        assert (model(tokens, code) - first).abs().max() > 1e-3
+        assert (model(tokens, positional_noise=noise)[0] - first).abs().max() > 1e-3
     for block, projection in zip(model.blocks, before):
         assert not torch.equal(block.attn.features.projection, projection)
     assert "blocks.0.attn.features.projection" in model.state_dict()
 
 
 @pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
-def test_spe_draws_a_fresh_code_per_forward_and_a_fixed_code_is_reproducible(make_model, tokens, pe):
+def test_spe_draws_fresh_noise_per_forward_and_a_fixed_noise_is_reproducible(make_model, tokens, pe):
     model = make_model(pe)
     with torch.no_grad():
-        assert (model(tokens) - model(tokens)).abs().max() > 1e-4
-        code = model.draw_positional_code(tokens.shape[1])
-        torch.testing.assert_close(model(tokens, code), model(tokens, code), atol=0.0, rtol=0.0)
-    same = model.draw_positional_code(30, torch.Generator().manual_seed(2))
-    again = model.draw_positional_code(30, torch.Generator().manual_seed(2))
-    assert all(torch.equal(a, b) for a, b in zip(same.noises, again.noises))
+        assert (model(tokens)[0] - model(tokens)[0]).abs().max() > 1e-4
+        noise = model.draw_positional_noise(tokens.shape[1])
+        torch.testing.assert_close(model(tokens, positional_noise=noise)[0],
+                                   model(tokens, positional_noise=noise)[0], atol=0.0, rtol=0.0)
+    same = model.draw_positional_noise(30, torch.Generator().manual_seed(2))
+    again = model.draw_positional_noise(30, torch.Generator().manual_seed(2))
+    assert all(torch.equal(a, b) for a, b in zip(same.code_noises, again.code_noises))
     assert all(torch.equal(a, b) for a, b in zip(same.gate_noises, again.gate_noises))
 
 
 @pytest.mark.parametrize("pe", ALL_PE)
 def test_backward_reaches_every_parameter(make_model, tokens, pe):
     model = make_model(pe, dropout=0.1).train()
-    logits = model(tokens)
-    torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    _, loss = model(tokens, tokens)
+    loss.backward()
     for name, parameter in model.named_parameters():
         assert parameter.grad is not None, name
         assert torch.isfinite(parameter.grad).all(), name
@@ -156,16 +157,16 @@ def test_backward_reaches_every_parameter(make_model, tokens, pe):
 def test_spe_sharing_and_accessors(make_model):
     shared = make_model("sine_spe")
     assert shared.spe is shared.pe.spes[0] and len(shared.pe.spes) == 1
-    code = shared.draw_positional_code(10)
-    assert isinstance(code, PositionalCode) and len(code.noises) == 1 and len(code.gate_noises) == 2
+    noise = shared.draw_positional_noise(10)
+    assert isinstance(noise, PositionalNoise) and len(noise.code_noises) == 1 and len(noise.gate_noises) == 2
     gates = shared.gates()
     assert len(gates) == 2 and all(g.shape == (2, 8) and ((g > 0) & (g < 1)).all() for g in gates)
     separate = make_model("conv_spe", share_pe=False, gated=False)
     assert separate.spe is None and len(separate.pe.spes) == 2 and separate.gates() is None
-    assert len(separate.draw_positional_code(10).noises) == 2
+    assert len(separate.draw_positional_noise(10).code_noises) == 2
     for pe in ("ape", "learned_ape", "rope", "none"):
         model = make_model(pe)
-        assert model.spe is None and model.gates() is None and model.draw_positional_code(10) is None
+        assert model.spe is None and model.gates() is None and model.draw_positional_noise(10) is None
 
 
 def test_parameter_count_of_the_paper_model():
@@ -210,13 +211,13 @@ def test_input_errors(make_model, tokens):
     with pytest.raises(ValueError, match="token ids"):
         model(tokens + model.cfg.vocab_size)
     with pytest.raises(ValueError, match="outside"):
-        model(tokens, model.draw_positional_code(10))  # conv code drawn for 10 positions only
+        model(tokens, positional_noise=model.draw_positional_noise(10))  # conv noise for 10 positions only
     with pytest.raises(ValueError, match="another SPE configuration"):
-        make_model("sine_spe", gated=False)(tokens, model.draw_positional_code(24))
-    with pytest.raises(ValueError, match="needs a PositionalCode"):
-        model(tokens, positional_code=torch.zeros(3))
-    with pytest.raises(ValueError, match="takes no positional code"):
-        make_model("ape")(tokens, model.draw_positional_code(24))
+        make_model("sine_spe", gated=False)(tokens, positional_noise=model.draw_positional_noise(24))
+    with pytest.raises(ValueError, match="needs a PositionalNoise"):
+        model(tokens, positional_noise=torch.zeros(3))
+    with pytest.raises(ValueError, match="takes no positional noise"):
+        make_model("ape")(tokens, positional_noise=model.draw_positional_noise(24))
     with pytest.raises(ValueError, match="max_len"):
         make_model("learned_ape", max_len=16)(tokens)
     with pytest.raises(ValueError, match="layer"):

@@ -18,15 +18,15 @@ PATHS = ["torch"] + (["compiled"] if compiled_available() else [])
 @pytest.mark.parametrize("options", [{}, {"gated": False}, {"share_pe": False}])
 def test_shared_code_paths_equal_autograd_path(make_model, tokens, path, pe, options):
     model = make_model(pe, **options).double().train()
-    code = model.draw_positional_code(tokens.shape[1])
-    code.noises = [n.double() for n in code.noises]
-    if code.gate_noises is not None:
-        code.gate_noises = [n.double() for n in code.gate_noises]
+    noise = model.draw_positional_noise(tokens.shape[1])
+    noise.code_noises = [n.double() for n in noise.code_noises]
+    if noise.gate_noises is not None:
+        noise.gate_noises = [n.double() for n in noise.gate_noises]
     results = {}
     for mode in ("autograd", path):
         model.pe.contraction = mode
         model.zero_grad(set_to_none=True)
-        logits = model(tokens, code)
+        logits = model(tokens, positional_noise=noise)[0]
         (logits.square().mean() + logits[:, -1].sum()).backward()
         results[mode] = (logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
     torch.testing.assert_close(results[path][0], results["autograd"][0])
@@ -41,24 +41,24 @@ def test_steps_across_code_blocks_equal_parallel_forward(make_model, pe):
     model = make_model(pe, max_len=2 * CODE_BLOCK + 8)
     tokens = torch.randint(0, model.cfg.vocab_size, (2, CODE_BLOCK + 9),
                            generator=torch.Generator().manual_seed(4))
-    code = model.draw_positional_code(tokens.shape[1])
+    noise = model.draw_positional_noise(tokens.shape[1])
     with torch.no_grad():
-        parallel = model(tokens, code)
-        state = model.init_state(2, positional_code=code)
+        parallel = model(tokens, positional_noise=noise)[0]
+        state = model.init_state(2, positional_noise=noise)
         steps = []
         for t in range(tokens.shape[1]):
             logits, state = model.step(tokens[:, t], state)
             steps.append(logits)
-    assert set(code.blocks) == {0}
+    assert set(noise.blocks) == {0}
     torch.testing.assert_close(torch.stack(steps, dim=1), parallel, atol=1e-4, rtol=1e-4)
 
 
 def test_code_block_cache_follows_parameter_changes(make_model, tokens):
     model = make_model("sine_spe")
-    code = model.draw_positional_code(8)
+    noise = model.draw_positional_noise(8)
 
     def last_logits():  # position 0 attends to itself only: look at position 3
-        state = model.init_state(2, code)
+        state = model.init_state(2, noise)
         for t in range(4):
             logits, state = model.step(tokens[:, t], state)
         return logits

@@ -31,8 +31,7 @@ def trained(cfg, tokenizer, seed=0, steps=2):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.8, 0.9))
     for _ in range(steps):
         tokens = torch.randint(0, tokenizer.vocab_size, (2, 17))
-        logits = model(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        _, loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -79,8 +78,8 @@ def test_load_checkpoint_rebuilds_model_and_tokenizer(tmp_path, tokenizer):
             assert torch.equal(value, ckpt.model.state_dict()[key]), key
     tokens = torch.randint(0, tokenizer.vocab_size, (1, 12))
     model.eval()
-    code = model.draw_positional_code(12)
-    assert torch.allclose(model(tokens, code), ckpt.model(tokens, code))
+    noise = model.draw_positional_noise(12)
+    assert torch.allclose(model(tokens, positional_noise=noise)[0], ckpt.model(tokens, positional_noise=noise)[0])
 
 
 def test_mismatched_checkpoint_is_refused(tmp_path, tokenizer):
