@@ -26,6 +26,7 @@ from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
 from model.positional import PositionalCode
+from tokenization import BaseTokenizer, ConstraintState
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Decoder:
     give an undo point. `results()` drops trailing tokens of an unfinished event (constrained only).
     """
 
-    def __init__(self, model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], num_samples: int = 1,
+    def __init__(self, model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], num_samples: int = 1,
                  sampling: SamplingConfig | None = None, generator: torch.Generator | None = None,
                  capacity: int | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
@@ -278,7 +279,7 @@ def extend_code(model: MusicPerformer, code: PositionalCode | None, length: int,
     return PositionalCode(noises=noises, gate_noises=code.gate_noises, length=length)
 
 
-def generate_batch(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_new_tokens: int,
+def generate_batch(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], max_new_tokens: int,
                    num_samples: int = 1, sampling: SamplingConfig | None = None,
                    generator: torch.Generator | None = None, progress: bool = False,
                    stop: Callable[[list[int]], bool] | None = None) -> list[GenerationResult]:
@@ -296,7 +297,7 @@ def generate_batch(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int],
     return results
 
 
-def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_new_tokens: int,
+def generate(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], max_new_tokens: int,
              sampling: SamplingConfig | None = None,
              generator: torch.Generator | None = None, progress: bool = False,
              stop: Callable[[list[int]], bool] | None = None) -> GenerationResult:
@@ -311,7 +312,7 @@ def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_n
                           stop)[0]
 
 
-def _check_allowed(grammar: Any, token: int, tokenizer: Any, position: int) -> None:
+def _check_allowed(grammar: ConstraintState, token: int, tokenizer: BaseTokenizer, position: int) -> None:
     """ValueError when a prompt token breaks the grammar (the prompt is not a valid sequence)."""
     if not bool(np.asarray(grammar.allowed())[token]):
         raise ValueError(f"the prompt breaks the tokenizer's grammar at position {position}: token "

@@ -28,7 +28,7 @@ from apps.cli import PRETRAINED, USER_ERRORS, load_model, seeded_generator
 from apps.generate import bar_stop, start_ids, write_piece
 from apps.sampling import Decoder, GenerationResult, SamplingConfig
 from groove import GrooveTokenizer
-from tokenization import TokenizationError
+from tokenization import BaseTokenizer, TokenizationError
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class StudioSession:
         return self.checkpoints[key]
 
     @staticmethod
-    def _prompt(tokenizer: Any, path: Path, bars: int) -> tuple[list[int], list[int] | None]:
+    def _prompt(tokenizer: BaseTokenizer, path: Path, bars: int) -> tuple[list[int], list[int] | None]:
         """Prompt ids (the first `bars` bars; at least 1) and, for groove models, the whole piece's ids."""
         if bars < 1:
             raise StudioError(f"prompt bars must be >= 1, got {bars}")
