@@ -27,12 +27,12 @@ _by_format: dict[str, type[BaseTokenizer]] = {}  # token format -> class
 
 def register(cls: type[BaseTokenizer], token_format: str | None = None) -> None:
     """Record a tokenizer class under its name (and its format); called by ``BaseTokenizer`` subclassing."""
-    _by_name[cls.__name__] = cls
     if token_format is not None:
         known = _by_format.get(token_format)
         if known is not None and known.__qualname__ != cls.__qualname__:
             raise ValueError(f"token format {token_format!r} is already registered by {known.__name__}")
         _by_format[token_format] = cls
+    _by_name[cls.__name__] = cls
 
 
 def token_formats() -> tuple[str, ...]:
