@@ -45,7 +45,7 @@ def convert_corpus_file(corpus_path: str, stem: str, midi_root: Path) -> list[st
     return names
 
 
-def score_to_midi(score) -> miditoolkit.MidiFile:
+def score_to_midi(score: Any) -> miditoolkit.MidiFile:
     """A ``music21.stream.Score`` as a MIDI file, as written (no repeat expansion).
 
     One track per part (program from the part's instrument); ties are merged; velocities follow the
@@ -90,11 +90,11 @@ def score_to_midi(score) -> miditoolkit.MidiFile:
     return midi
 
 
-def _ticks(quarter_length) -> int:
+def _ticks(quarter_length: Any) -> int:
     return int(round(float(quarter_length) * TICKS_PER_QUARTER))
 
 
-def _time_signatures(part, shift: float) -> list[miditoolkit.TimeSignature]:
+def _time_signatures(part: Any, shift: float) -> list[miditoolkit.TimeSignature]:
     """The time signatures of a part, at the start of their bars (the first one at tick 0)."""
     from music21 import meter
 
@@ -111,7 +111,7 @@ def _time_signatures(part, shift: float) -> list[miditoolkit.TimeSignature]:
     return changes
 
 
-def _pickup_shift(part) -> float:
+def _pickup_shift(part: Any) -> float:
     """Quarter lengths missing from an incomplete first bar (a pickup), 0 otherwise."""
     measures = part.getElementsByClass("Measure")
     if not len(measures):
@@ -125,7 +125,7 @@ def _pickup_shift(part) -> float:
     return 0.0
 
 
-def _dedupe_by_time(events: list) -> list:
+def _dedupe_by_time(events: list[Any]) -> list[Any]:
     """Events sorted by time, keeping the first one at each time."""
     kept: dict[int, Any] = {}
     for event in sorted(events, key=lambda e: e.time):
