@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from apps.cli import OneLineParser, checkpoint_argument, run_app
 from model import resolve_device
 from training.checkpoint import load_model
+from tokenization import BaseTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ def run_pe(args: argparse.Namespace) -> None:
     print(write_properties(results, Path(args.out)), end="")
 
 
-def repeated_token(tokenizer: Any, name: str | None) -> int:
+def repeated_token(tokenizer: BaseTokenizer, name: str | None) -> int:
     """The id of --token, or of the first token after the special ones."""
     if name is None:
         return len(tokenizer.special_tokens)

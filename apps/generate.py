@@ -26,10 +26,10 @@ from generation.pianoroll import roll_notes, save_pianoroll
 from generation.sampling import GenerationResult, SamplingConfig, generate_batch, seeded_generator
 from model import resolve_device
 from training.checkpoint import load_model
+from tokenization import MIDI_SUFFIXES, BaseTokenizer
 
 logger = logging.getLogger(__name__)
 
-MIDI_SUFFIXES = (".mid", ".midi")
 BAR_CHECK_EVERY = 16  # tokens between two checks of the --bars stop condition
 
 
@@ -114,18 +114,12 @@ def sample_paths(out: Path, count: int) -> list[Path]:
     return [out.with_name(f"{out.stem}_{i}{out.suffix}") for i in range(1, count + 1)]
 
 
-def start_ids(tokenizer: Any) -> list[int]:
-    """What an unprompted piece starts with: the format's start token, else a bar line."""
-    for name in ("bos_id", "start_id"):
-        value = getattr(tokenizer, name, None)
-        if isinstance(value, int):
-            return [value]
-    if "Bar_None" in tokenizer.vocab:
-        return [tokenizer.vocab["Bar_None"]]
-    raise ValueError(f"{type(tokenizer).__name__} has no start or bar token to begin a piece with")
+def start_ids(tokenizer: BaseTokenizer) -> list[int]:
+    """What an unprompted piece starts with: the format's start token (REMI: a bar line)."""
+    return [tokenizer.start_id]
 
 
-def prompt_ids(tokenizer: Any, path: str | Path, bars: int) -> list[int]:
+def prompt_ids(tokenizer: BaseTokenizer, path: str | Path, bars: int) -> list[int]:
     """The ids of the first `bars` bars of a MIDI file (TokenizationError on a bad file)."""
     ids = [int(i) for i in tokenizer.encode(Path(path))]
     while ids and ids[-1] == tokenizer.eos_id:
@@ -140,12 +134,12 @@ def prompt_ids(tokenizer: Any, path: str | Path, bars: int) -> list[int]:
     return ids
 
 
-def count_bars(tokenizer: Any, tokens: list[int], start: int) -> list[int]:
+def count_bars(tokenizer: BaseTokenizer, tokens: list[int], start: int) -> list[int]:
     """Indices >= start where a bar starts."""
     return [i for i in tokenizer.bar_starts(tokens) if i >= start]
 
 
-def bar_stop(tokenizer: Any, start: int, bars: int, every: int = BAR_CHECK_EVERY
+def bar_stop(tokenizer: BaseTokenizer, start: int, bars: int, every: int = BAR_CHECK_EVERY
              ) -> Callable[[list[int]], bool]:
     """Stop condition: more than `bars` bars begin at or after index `start` (checked every `every` tokens)."""
     def stop(tokens: list[int]) -> bool:
@@ -153,7 +147,7 @@ def bar_stop(tokenizer: Any, start: int, bars: int, every: int = BAR_CHECK_EVERY
     return stop
 
 
-def keep_bars(tokenizer: Any, result: GenerationResult, start: int, bars: int) -> GenerationResult:
+def keep_bars(tokenizer: BaseTokenizer, result: GenerationResult, start: int, bars: int) -> GenerationResult:
     """The result cut just before bar number bars + 1 (counted from index `start`)."""
     starts = count_bars(tokenizer, result.tokens, start)
     if len(starts) <= bars:
@@ -176,7 +170,7 @@ def write_midi(music: Any, path: Path) -> None:
         raise TypeError(f"cannot write a {type(music).__name__} as MIDI")
 
 
-def write_piece(tokenizer: Any, result: GenerationResult, out: Path, audio: AudioConfig | None = None
+def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, audio: AudioConfig | None = None
                 ) -> None:
     """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them."""
     report = tokenizer.decode_with_report(result.tokens)

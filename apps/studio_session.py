@@ -27,6 +27,7 @@ from apps.generate import bar_stop, start_ids, write_piece
 from generation.audio import AudioConfig
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, seeded_generator
 from groove import GrooveTokenizer
+from tokenization import BaseTokenizer
 from training.checkpoint import PRETRAINED, load_model
 
 logger = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ class StudioSession:
         return self.checkpoints[key]
 
     @staticmethod
-    def _prompt(tokenizer: Any, path: Path, bars: int) -> tuple[list[int], list[int] | None]:
+    def _prompt(tokenizer: BaseTokenizer, path: Path, bars: int) -> tuple[list[int], list[int] | None]:
         """Prompt ids (the first `bars` bars; at least 1) and, for groove models, the whole piece's ids."""
         if bars < 1:
             raise StudioError(f"prompt bars must be >= 1, got {bars}")

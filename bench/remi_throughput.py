@@ -26,6 +26,7 @@ from typing import Callable
 import miditoolkit
 
 from remi import REMITokenizer
+from tokenization import midi_files
 
 logger = logging.getLogger("remi_throughput")
 
@@ -84,7 +85,7 @@ def main() -> None:
         if args.folder is None:
             files = write_chorales(Path(tmp), args.count)
         else:
-            files = sorted(p for p in args.folder.rglob("*") if p.suffix.lower() in (".mid", ".midi"))
+            files = midi_files(args.folder)
         ours = REMITokenizer()
         usable = []
         for path in files:

@@ -10,11 +10,14 @@ ds = CropDataset(corpus.pieces("train"), corpus.tokenizer, crop_len=256, transpo
 from data.corpus import LONG_PIECE_TOKENS, SPLITS, PieceInfo, TokenCorpus, assign_splits, load_corpus
 from data.crops import IGNORE_INDEX, CropDataset, ValidationSet, pad_crop
 from data.folders import build_groove_corpus, build_midi_folder_corpus
+from data.kinds import CORPUS_KINDS, FORMAT_OF_KIND, check_kind_format
 from data.music21_corpus import build_default_corpus
 from data.pop1k7 import RestrictedUnpickler, UnsafePickleError, build_pop1k7_corpus
 from data.pop909 import build_pop909_corpus
 
 __all__ = [
+    "CORPUS_KINDS",
+    "FORMAT_OF_KIND",
     "IGNORE_INDEX",
     "LONG_PIECE_TOKENS",
     "SPLITS",
@@ -30,6 +33,7 @@ __all__ = [
     "build_midi_folder_corpus",
     "build_pop1k7_corpus",
     "build_pop909_corpus",
+    "check_kind_format",
     "load_corpus",
     "pad_crop",
 ]

@@ -12,17 +12,13 @@ from pathlib import Path
 
 from data.corpus import TokenCorpus, load_corpus
 from data.folders import build_groove_corpus, build_midi_folder_corpus
+from data.kinds import BUILDER_OF_KIND, FORMAT_OF_KIND, NEEDS_SOURCE, check_kind_format
 from data.music21_corpus import build_default_corpus
 from data.pop1k7 import build_pop1k7_corpus
 from data.pop909 import build_pop909_corpus
+from tokenization import format_class, format_of
 
 logger = logging.getLogger(__name__)
-
-# data.kind -> the "builder" recorded in the corpus's summary.json
-BUILDER_OF_KIND = {"default": "music21", "midi_folder": "midi_folder", "pop1k7": "pop1k7", "pop909": "pop909",
-                   "groove": "groove", "trio": "groove"}
-NEEDS_SOURCE = ("midi_folder", "pop1k7", "pop909", "groove")  # kinds built from a raw folder
-TOKENIZER_OF_FORMAT = {"remi": "REMITokenizer", "groove": "GrooveTokenizer"}
 
 
 def corpus_built(root: str | Path) -> bool:
@@ -34,8 +30,7 @@ def build_corpus(kind: str, root: str | Path, source: str | None = None, *, time
                  max_pieces: int | None = None) -> None:
     """Tokenise the raw input of corpus `kind` into `root` (`source`: the raw folder, where needed)."""
     root = Path(root)
-    if kind not in BUILDER_OF_KIND:
-        raise ValueError(f"unknown corpus kind {kind!r} (known: {', '.join(BUILDER_OF_KIND)})")
+    check_kind_format(kind, FORMAT_OF_KIND.get(kind, ""))
     if kind in NEEDS_SOURCE and not source:
         raise ValueError(f"corpus {root} is not built yet: set data.source to the raw {kind} folder "
                          f"(--set data.source=PATH)")
@@ -46,9 +41,7 @@ def build_corpus(kind: str, root: str | Path, source: str | None = None, *, time
     if kind == "groove":
         build_groove_corpus(source, root)
         return
-    from remi import REMITokenizer
-
-    tokenizer = REMITokenizer(time_signatures=time_signatures)
+    tokenizer = format_class("remi")(time_signatures=time_signatures)
     if kind == "default":
         build_default_corpus(root, tokenizer, max_chorales=max_pieces)
     elif kind == "midi_folder":
@@ -66,9 +59,9 @@ def load_checked_corpus(kind: str, root: str | Path, token_format: str, time_sig
     if built_by != BUILDER_OF_KIND[kind]:
         raise ValueError(f"corpus {root} was built by the {built_by} builder, but data.kind is {kind} "
                          f"(set data.root to another folder)")
-    name = type(corpus.tokenizer).__name__
-    if name != TOKENIZER_OF_FORMAT[token_format]:
-        raise ValueError(f"corpus {root} uses {name}, but data.format is {token_format}")
+    if format_of(corpus.tokenizer) != token_format:
+        raise ValueError(f"corpus {root} uses {type(corpus.tokenizer).__name__}, but data.format is "
+                         f"{token_format}")
     saved = corpus.tokenizer.config().get("time_signatures")
     if token_format == "remi" and saved != time_signatures:
         raise ValueError(f"corpus {root} was built with time_signatures={saved}, but "

@@ -3,7 +3,8 @@
 Layout of a corpus folder ``root``:
 
 * ``summary.json``: what was built (builder, settings, pieces and tokens per split, skipped files);
-* ``vocab.json``: the tokenizer (``BaseTokenizer.to_dict``), so ``load_corpus`` can rebuild it;
+* ``vocab.json``: the tokenizer (``BaseTokenizer.to_dict``), so ``load_corpus`` can rebuild it
+  (``tokenization.registry``, also in a fresh process);
 * ``{split}.npy``: every piece of the split concatenated, int32 (memory-mapped when loaded);
 * ``{split}_index.json``: one entry per piece (name, offset, length, composer, meters, source).
 
@@ -21,10 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import miditoolkit
 import numpy as np
 
-from tokenization import BaseTokenizer
+from tokenization import BaseTokenizer, tokenizer_from_dict
 
 logger = logging.getLogger(__name__)
 
@@ -108,14 +108,6 @@ class TokenCorpus:
         return f"TokenCorpus({str(self.root)!r}, {type(self.tokenizer).__name__}, {counts})"
 
 
-def tokenizer_from_dict(data: dict[str, Any]) -> BaseTokenizer:
-    """``BaseTokenizer.from_dict`` with the project's formats registered (also in a fresh process)."""
-    import groove  # noqa: F401  (registers GrooveTokenizer)
-    import remi  # noqa: F401  (registers REMITokenizer)
-
-    return BaseTokenizer.from_dict(data)
-
-
 def load_corpus(root: str | Path) -> TokenCorpus:
     """Open a corpus folder written by one of the ``build_*`` functions."""
     return TokenCorpus(root)
@@ -170,16 +162,6 @@ def length_group(num_tokens: int) -> str:
 
 
 # ---------------------------------------------------------------------------- pieces
-
-
-def midi_meters(midi: miditoolkit.MidiFile) -> list[str]:
-    """Time signatures of a MIDI file in order of appearance ("n/d"), consecutive repeats removed."""
-    meters: list[str] = []
-    for change in sorted(midi.time_signature_changes, key=lambda t: t.time):
-        meter = f"{change.numerator}/{change.denominator}"
-        if not meters or meters[-1] != meter:
-            meters.append(meter)
-    return meters
 
 
 def truncate_at_bar(ids: Sequence[int], tokenizer: BaseTokenizer, max_tokens: int | None) -> list[int]:
@@ -313,10 +295,8 @@ __all__ = [
     "files_fingerprint",
     "length_group",
     "load_corpus",
-    "midi_meters",
     "name_hash",
     "split_pieces",
-    "tokenizer_from_dict",
     "truncate_at_bar",
     "write_corpus",
 ]

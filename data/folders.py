@@ -3,8 +3,8 @@
 * :func:`build_midi_folder_corpus`: every MIDI file below a folder, split by a hash of its path
   (long and short pieces split separately, so valid and test get long pieces too);
 * :func:`build_groove_corpus`: the Groove2Groove layout ``folder/{train,val,test}/**/*.mid`` keeps its own
-  splits (``val`` becomes ``valid``); without a folder, the offline trio corpus of ``groove.trio`` is
-  built into ``root/midi`` first.
+  splits (``val`` becomes ``valid``, see ``groove.dataset.corpus_splits``); without a folder, the offline
+  trio corpus of ``groove.trio`` is built into ``root/midi`` first.
 
 Bad files are reported (``summary.json``, log) and skipped; corpora are cached like the default one.
 """
@@ -12,12 +12,8 @@ Bad files are reported (``summary.json``, log) and skipped; corpora are cached l
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Iterable
-
-import numpy as np
-from tqdm.auto import tqdm
 
 from data.corpus import (
     Piece,
@@ -26,17 +22,11 @@ from data.corpus import (
     cached_corpus,
     files_fingerprint,
     length_group,
-    midi_meters,
     split_pieces,
-    truncate_at_bar,
     write_corpus,
 )
-from tokenization import BaseTokenizer, TokenizationError, load_midi
-from tokenization.base import MIDI_SUFFIXES
-
-logger = logging.getLogger(__name__)
-
-GROOVE_SPLITS = {"train": "train", "val": "valid", "test": "test"}  # Groove2Groove folder -> our split
+from data.encode import encode_files
+from tokenization import BaseTokenizer, midi_files
 
 
 def tokenize_files(
@@ -47,31 +37,14 @@ def tokenize_files(
     progress: bool = True,
     desc: str = "tokenising",
 ) -> tuple[list[Piece], list[Skipped]]:
-    """Tokenise MIDI files; pieces are named by their path relative to ``base`` without the suffix."""
-    files = list(files)
-    pieces, skipped = [], []
-    for path in tqdm(files, desc=desc, unit="file", disable=not progress):
-        name = path.relative_to(base).with_suffix("").as_posix()
-        try:
-            midi = load_midi(path)
-            ids = truncate_at_bar(tokenizer.encode(midi), tokenizer, max_piece_tokens)
-        except TokenizationError as err:
-            skipped.append(Skipped(name, err.reason))
-            logger.warning("skipped %s: %s", path, err.reason)
-            continue
-        group = length_group(len(ids))
-        pieces.append(Piece(name, np.asarray(ids, dtype=np.int32), "", meters_used(midi, tokenizer), path.name, group))
+    """Tokenise MIDI files; pieces are named by their path relative to ``base`` without the suffix.
+
+    A piece's meters are those its bars follow (the meter policy's choice, see ``remi.meter``).
+    """
+    named = [(path.relative_to(base).with_suffix("").as_posix(), path) for path in files]
+    encoded, skipped = encode_files(named, tokenizer, max_piece_tokens, progress, desc)
+    pieces = [Piece(e.name, e.ids, "", e.meters_followed, e.path.name, length_group(len(e.ids))) for e in encoded]
     return pieces, skipped
-
-
-def meters_used(midi, tokenizer: BaseTokenizer) -> list[str]:
-    """The meter the encoder followed when its meter policy chose one (``remi.meter``), else the file's."""
-    meter = getattr(getattr(tokenizer, "last_encode_stats", None), "meter", "")
-    return [meter] if meter and meter != "declared map" else midi_meters(midi)
-
-
-def midi_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.suffix in MIDI_SUFFIXES and p.is_file())
 
 
 def build_midi_folder_corpus(
@@ -96,7 +69,7 @@ def build_midi_folder_corpus(
         "files": files_fingerprint(files, folder),
         "heldout": heldout,
         "max_piece_tokens": max_piece_tokens,
-        "tokenizer": {"name": type(tokenizer).__name__, "config": tokenizer.config()},
+        "tokenizer": tokenizer.settings(),
     }
     cached = cached_corpus(root, "midi_folder", settings)
     if cached is not None:
@@ -122,7 +95,7 @@ def build_groove_corpus(
     first, once.
     """
     from groove import GrooveTokenizer
-    from groove.dataset import list_splits
+    from groove.dataset import corpus_splits
 
     if tokenizer is None:
         tokenizer = GrooveTokenizer()
@@ -134,11 +107,11 @@ def build_groove_corpus(
     else:
         folder = Path(folder)
         source = {"folder": str(folder.resolve())}
-    files_by_split = list_splits(folder)
+    files_by_split = corpus_splits(folder)
     settings = {
         **source,
         "files": files_fingerprint([p for files in files_by_split.values() for p in files], folder),
-        "tokenizer": {"name": type(tokenizer).__name__, "config": tokenizer.config()},
+        "tokenizer": tokenizer.settings(),
     }
     cached = cached_corpus(root, "groove", settings)
     if cached is not None:
@@ -147,7 +120,7 @@ def build_groove_corpus(
     skipped: list[Skipped] = []
     for split, files in files_by_split.items():
         pieces, failed = tokenize_files(files, folder, tokenizer, None, progress, f"tokenising {split}")
-        by_split[GROOVE_SPLITS[split]] = sorted(pieces, key=lambda p: p.name)
+        by_split[split] = sorted(pieces, key=lambda p: p.name)
         skipped += failed
     if not any(by_split.values()):
         raise ValueError(f"{folder}: no MIDI file could be tokenised")

@@ -10,7 +10,7 @@ Three groups of pieces (each split on its own, see ``data.corpus.split_pieces``)
 * ``folk``: tunes of O'Neill's "Music of Ireland" (multi-tune abc files, parsed as opuses: one piece
   per tune; short, monophonic, in 6/8, 9/8, 2/4, 3/4 ...).
 
-Scores are converted to MIDI by :func:`score_to_midi` (as written: repeats are not expanded, ties are
+Scores are converted to MIDI by ``data.score_midi`` (as written: repeats are not expanded, ties are
 merged, a pickup bar is shifted so that bar lines fall where the time signature puts them) and cached in
 ``root/midi/`` with a manifest, so the music21 parsing happens once; tokens are cached in the corpus
 folder and reused while the settings are unchanged. Files are processed by a pool of ``workers``
@@ -28,28 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import miditoolkit
-import numpy as np
 from tqdm.auto import tqdm
 
-from data.corpus import (
-    Piece,
-    Skipped,
-    TokenCorpus,
-    cached_corpus,
-    midi_meters,
-    split_pieces,
-    tokenizer_from_dict,
-    truncate_at_bar,
-    write_corpus,
-)
-from tokenization import BaseTokenizer, TokenizationError, load_midi
+from data.corpus import Piece, Skipped, TokenCorpus, cached_corpus, split_pieces, write_corpus
+from data.encode import encode_files
+from data.score_midi import convert_corpus_file
+from tokenization import BaseTokenizer, tokenizer_from_dict
 
 logger = logging.getLogger(__name__)
 
 BUILDER = "music21"
-TICKS_PER_QUARTER = 480  # resolution of the cached MIDI files
-DEFAULT_VELOCITY = 80  # note velocity before any dynamic marking (mf)
 
 # (music21 corpus path, composer), in order of preference: ``max_long_pieces`` takes the first ones.
 LONG_PIECES: tuple[tuple[str, str], ...] = (
@@ -168,7 +156,7 @@ def build_default_corpus(
         "max_folk_files": max_folk_files,
         "max_piece_tokens": max_piece_tokens,
         "heldout": heldout,
-        "tokenizer": {"name": type(tokenizer).__name__, "config": tokenizer.config()},
+        "tokenizer": tokenizer.settings(),
         "music21": VERSION_STR,
     }
     cached = cached_corpus(root, BUILDER, settings)
@@ -264,132 +252,15 @@ def process_source(task: Task, tokenizer: BaseTokenizer) -> TaskResult:
     if task.cached is None:
         result.converted = True
         try:
-            result.names = convert_source(task.source, Path(task.midi_root))
+            result.names = convert_corpus_file(task.source.path, task.source.stem, Path(task.midi_root))
         except Exception as err:  # music21 raises many exception types on malformed scores
             result.error = f"music21 could not convert it ({type(err).__name__}: {err})"
             logger.warning("skipped %s: %s", task.source.path, result.error)
             return result
     else:
         result.names, result.error = task.cached, task.cached_error
-    for name in result.names:
-        path = Path(task.midi_root) / f"{name}.mid"
-        try:
-            midi = load_midi(path)
-            ids = truncate_at_bar(tokenizer.encode(midi), tokenizer, task.max_piece_tokens)
-        except TokenizationError as err:
-            result.skipped.append(Skipped(name, err.reason))
-            continue
-        source = task.source
-        ids = np.asarray(ids, dtype=np.int32)
-        result.pieces.append(Piece(name, ids, source.composer, midi_meters(midi), source.path, source.group))
+    named = [(name, Path(task.midi_root) / f"{name}.mid") for name in result.names]
+    encoded, result.skipped = encode_files(named, tokenizer, task.max_piece_tokens)
+    source = task.source
+    result.pieces = [Piece(e.name, e.ids, source.composer, e.declared_meters, source.path, source.group) for e in encoded]
     return result
-
-
-def convert_source(source: ScoreSource, midi_root: Path) -> list[str]:
-    """Parse a corpus file with music21 and write one MIDI file per score; returns the piece names."""
-    from music21 import corpus, stream
-
-    parsed = corpus.parse(source.path, forceSource=True)
-    if isinstance(parsed, stream.Opus):
-        scores = list(parsed.scores)
-        width = len(str(len(scores)))
-        named = [(f"{source.stem}/{i + 1:0{width}d}", s) for i, s in enumerate(scores)]
-    else:
-        named = [(source.stem, parsed)]
-    names = []
-    for name, score in named:
-        path = midi_root / f"{name}.mid"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        score_to_midi(score).dump(str(tmp))
-        os.replace(tmp, path)
-        names.append(name)
-    return names
-
-
-def score_to_midi(score) -> miditoolkit.MidiFile:
-    """A ``music21.stream.Score`` as a MIDI file, as written (no repeat expansion).
-
-    One track per part (program from the part's instrument); ties are merged; velocities follow the
-    dynamic markings of each part (``DEFAULT_VELOCITY`` before the first); time signatures and
-    metronome marks come from the first part; a pickup bar is shifted to the end of its bar.
-    """
-    from music21 import chord, dynamics, note, stream, tempo
-
-    parts = list(score.parts) if isinstance(score, stream.Score) and len(score.parts) else [score]
-    shift = _pickup_shift(parts[0])
-    midi = miditoolkit.MidiFile(ticks_per_beat=TICKS_PER_QUARTER)
-    for index, part in enumerate(parts):
-        instrument = part.getInstrument(returnDefault=True)
-        program = instrument.midiProgram if instrument is not None and instrument.midiProgram is not None else 0
-        track = miditoolkit.Instrument(program=int(program), is_drum=False, name=part.partName or f"part {index + 1}")
-        velocity = DEFAULT_VELOCITY
-        sounding: dict[int, miditoolkit.Note] = {}  # pitch -> last note (to extend on a tie)
-        for element in part.flatten():
-            tick = _ticks(element.offset + shift)
-            if index == 0 and isinstance(element, tempo.MetronomeMark) and element.getQuarterBPM():
-                start = 0 if element.offset == 0 else tick  # a mark at the very start holds from bar 1
-                midi.tempo_changes.append(miditoolkit.TempoChange(float(element.getQuarterBPM()), start))
-            elif isinstance(element, dynamics.Dynamic) and element.volumeScalar is not None:
-                velocity = int(np.clip(round(element.volumeScalar * 127), 1, 127))
-            elif isinstance(element, (note.Note, chord.Chord)):
-                duration = _ticks(element.quarterLength)
-                if duration <= 0:  # grace notes
-                    continue
-                tie = element.tie.type if element.tie is not None else None
-                for pitch in element.pitches:
-                    previous = sounding.get(pitch.midi)
-                    if tie in ("continue", "stop") and previous is not None and previous.end == tick:
-                        previous.end = tick + duration
-                        continue
-                    sounding[pitch.midi] = miditoolkit.Note(velocity, int(pitch.midi), tick, tick + duration)
-                    track.notes.append(sounding[pitch.midi])
-        track.notes.sort(key=lambda n: (n.start, n.pitch))
-        midi.instruments.append(track)
-    midi.time_signature_changes = _dedupe_by_time(_time_signatures(parts[0], shift))
-    midi.tempo_changes = _dedupe_by_time(midi.tempo_changes)
-    midi.max_tick = max((n.end for t in midi.instruments for n in t.notes), default=0)
-    return midi
-
-
-def _ticks(quarter_length) -> int:
-    return int(round(float(quarter_length) * TICKS_PER_QUARTER))
-
-
-def _time_signatures(part, shift: float) -> list[miditoolkit.TimeSignature]:
-    """The time signatures of a part, at the start of their bars (the first one at tick 0)."""
-    from music21 import meter
-
-    measures = part.getElementsByClass("Measure")
-    if not len(measures):
-        found = part.flatten().getElementsByClass(meter.TimeSignature)
-        return [miditoolkit.TimeSignature(ts.numerator, ts.denominator, _ticks(ts.offset)) for ts in found]
-    changes = []
-    for index, measure in enumerate(measures):
-        signature = measure.timeSignature
-        if signature is not None:
-            tick = 0 if index == 0 else _ticks(measure.offset + shift)
-            changes.append(miditoolkit.TimeSignature(signature.numerator, signature.denominator, tick))
-    return changes
-
-
-def _pickup_shift(part) -> float:
-    """Quarter lengths missing from an incomplete first bar (a pickup), 0 otherwise."""
-    measures = part.getElementsByClass("Measure")
-    if not len(measures):
-        return 0.0
-    first = measures[0]
-    if first.paddingLeft:
-        return float(first.paddingLeft)
-    bar = first.barDuration.quarterLength
-    if first.number == 0 and 0 < first.duration.quarterLength < bar:
-        return float(bar - first.duration.quarterLength)
-    return 0.0
-
-
-def _dedupe_by_time(events: list) -> list:
-    """Events sorted by time, keeping the first one at each time."""
-    kept: dict[int, Any] = {}
-    for event in sorted(events, key=lambda e: e.time):
-        kept.setdefault(event.time, event)
-    return list(kept.values())

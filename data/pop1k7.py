@@ -276,7 +276,7 @@ def build_pop1k7_corpus(
         "layout": release.layout,
         "files": files_fingerprint(release.files(), folder),
         "heldout": heldout,
-        "tokenizer": {"name": type(tokenizer).__name__, "config": tokenizer.config()},
+        "tokenizer": tokenizer.settings(),
     }
     cached = cached_corpus(root, BUILDER, settings)
     if cached is not None:

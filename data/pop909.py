@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import miditoolkit
 import numpy as np
@@ -33,13 +34,14 @@ from data.corpus import (
     cached_corpus,
     files_fingerprint,
     length_group,
-    midi_meters,
     split_pieces,
     truncate_at_bar,
     write_corpus,
 )
-from tokenization import BaseTokenizer, TokenizationError, load_midi
-from tokenization.base import MIDI_SUFFIXES
+from tokenization import TokenizationError, declared_meters, load_midi, midi_files
+
+if TYPE_CHECKING:
+    from remi import REMITokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +55,8 @@ def pop909_files(folder: str | Path) -> dict[str, Path]:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder")
     songs: dict[str, Path] = {}
-    for path in sorted(folder.rglob("*")):
-        if path.suffix not in MIDI_SUFFIXES or not path.is_file() or "versions" in path.relative_to(folder).parts:
+    for path in midi_files(folder):
+        if "versions" in path.relative_to(folder).parts:
             continue
         if path.stem in songs:
             raise ValueError(f"{folder}: two files for song {path.stem} ({songs[path.stem]}, {path})")
@@ -88,7 +90,7 @@ def merge_tracks(
 def build_pop909_corpus(
     folder: str | Path,
     root: str | Path,
-    tokenizer: BaseTokenizer | None = None,
+    tokenizer: REMITokenizer | None = None,
     heldout: float = 0.05,
     max_piece_tokens: int | None = None,
     progress: bool = True,
@@ -113,7 +115,7 @@ def build_pop909_corpus(
         "files": files_fingerprint(songs.values(), folder),
         "heldout": heldout,
         "max_piece_tokens": max_piece_tokens,
-        "tokenizer": {"name": type(tokenizer).__name__, "config": tokenizer.config()},
+        "tokenizer": tokenizer.settings(),
     }
     cached = cached_corpus(root, BUILDER, settings)
     if cached is not None:
@@ -130,20 +132,19 @@ def build_pop909_corpus(
             skipped.append(Skipped(name, err.reason))
             logger.warning("skipped %s: %s", path, err.reason)
             continue
-        stats = getattr(tokenizer, "last_encode_stats", None)
+        stats = tokenizer.last_encode_stats
         left_out += dropped
         ids = truncate_at_bar(ids, tokenizer, max_piece_tokens)
-        meter = stats.meter if stats is not None and stats.meter else "4/4"
-        if stats is not None:
-            meters[f"{meter} ({stats.meter_source or 'vocabulary'})"] += 1
-            report[name] = {
-                "declared": midi_meters(original),
-                "meter": meter,
-                "source": stats.meter_source,
-                "reason": f"declared time signatures ignored; {stats.meter_reason}" if stats.meter_reason else "",
-                "bars": len(tokenizer.bar_starts(ids)),
-                "leading_bars_dropped": stats.leading_bars_dropped,
-            }
+        meter = stats.meter or "4/4"
+        meters[f"{meter} ({stats.meter_source or 'vocabulary'})"] += 1
+        report[name] = {
+            "declared": declared_meters(original),
+            "meter": meter,
+            "source": stats.meter_source,
+            "reason": f"declared time signatures ignored; {stats.meter_reason}" if stats.meter_reason else "",
+            "bars": len(tokenizer.bar_starts(ids)),
+            "leading_bars_dropped": stats.leading_bars_dropped,
+        }
         pieces.append(Piece(name, np.asarray(ids, dtype=np.int32), "", [meter], path.name, length_group(len(ids))))
     if not pieces:
         raise ValueError(f"{folder}: none of the {len(songs)} POP909 files could be tokenised")

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
 from generation.sampling import SamplingConfig, generate
+from tokenization import BaseTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +60,13 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
     return rows
 
 
-def score_continuation(tokenizer: Any, tokens: Sequence[int], prompt_len: int, reference: Sequence[int]
+def score_continuation(tokenizer: BaseTokenizer, tokens: Sequence[int], prompt_len: int, reference: Sequence[int]
                        ) -> dict[str, np.ndarray]:
     """{metric: (4,) similarities} of the part of `tokens` after the prompt to the whole reference."""
     from groove.metrics import METRICS, continuation_similarity
 
     music = tokenizer.decode(tokens)
-    start = prompt_end_tick(tokenizer, tokens[:prompt_len])  # the continuation's notes start there
+    start = prompt_end_tick(tokenizer, tokens[:prompt_len], music.resolution)  # the continuation starts there
     if not any(n.time >= start for t in music.tracks for n in t.notes):
         logger.info("a continuation has no notes; its similarities are 0")
         return {metric: np.zeros(4) for metric in METRICS}
@@ -73,12 +74,12 @@ def score_continuation(tokenizer: Any, tokens: Sequence[int], prompt_len: int, r
     return {metric: continuation_similarity(music, piece, metric, start=start) for metric in METRICS}
 
 
-def prompt_end_tick(tokenizer: Any, prompt: Sequence[int]) -> int:
-    """The time (ticks) reached after the prompt, read from the grammar state."""
+def prompt_end_tick(tokenizer: BaseTokenizer, prompt: Sequence[int], ticks_per_beat: int) -> int:
+    """The tick where the bar after the prompt (cut at a bar start) begins, read from the grammar state."""
     state = tokenizer.constraint_state()
     for token in prompt:
         state.advance(token)
-    return int(state.time)
+    return int(state.next_bar_time() * ticks_per_beat)
 
 
 def summary_markdown(rows: Sequence[SimilarityRow]) -> str:

@@ -31,6 +31,7 @@ from generation.outputs import AtomicOutputs
 from apps.generate import start_ids, write_midi
 from evaluation.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
 from generation.sampling import SamplingConfig, generate
+from tokenization import BaseTokenizer, TokenizationError, midi_files
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class QualityRow:
 
 
 # ------------------------------------------------------------------------------ real pieces
-def real_pieces_from_ids(pieces: Sequence[np.ndarray], names: Sequence[str], tokenizer: Any,
+def real_pieces_from_ids(pieces: Sequence[np.ndarray], names: Sequence[str], tokenizer: BaseTokenizer,
                          count: int, seed: int) -> list[RealPiece]:
     """Up to `count` corpus pieces (a seeded random choice when there are more), EOS removed."""
     chosen = choose(len(pieces), count, seed)
@@ -73,15 +74,12 @@ def real_pieces_from_ids(pieces: Sequence[np.ndarray], names: Sequence[str], tok
             for i in chosen]
 
 
-def real_pieces_from_folder(folder: Path, tokenizer: Any, count: int, seed: int,
+def real_pieces_from_folder(folder: Path, tokenizer: BaseTokenizer, count: int, seed: int,
                             progress: bool) -> list[RealPiece]:
     """Up to `count` MIDI files below `folder` (a seeded random choice), tokenised; bad files skipped."""
-    from tokenization import TokenizationError
-    from tokenization.base import MIDI_SUFFIXES
-
     if not folder.is_dir():
         raise ValueError(f"--real: no such folder: {folder}")
-    files = sorted(p for p in folder.rglob("*") if p.suffix in MIDI_SUFFIXES and p.is_file())
+    files = midi_files(folder)
     if not files:
         raise ValueError(f"--real: no MIDI files below {folder}")
     pieces = []
@@ -100,7 +98,7 @@ def real_pieces_from_folder(folder: Path, tokenizer: Any, count: int, seed: int,
     return pieces
 
 
-def drop_leading_silence(tokenizer: Any, ids: list[int]) -> list[int]:
+def drop_leading_silence(tokenizer: BaseTokenizer, ids: list[int]) -> list[int]:
     """The ids from the bar of the first note on (many POP909 files open with silent bars aligned to
     the recording), with the meter and tempo in force there. Unchanged when the first bar has a note."""
     vocab = tokenizer.vocab
@@ -136,25 +134,21 @@ def strip_eos(ids: Sequence[int], eos: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ measuring
-def prompt_of(tokenizer: Any, piece: RealPiece, bars: int) -> list[int] | None:
+def prompt_of(tokenizer: BaseTokenizer, piece: RealPiece, bars: int) -> list[int] | None:
     """The ids of the first `bars` bars of a piece (None when it has no bar after them)."""
     starts = tokenizer.bar_starts(piece.ids)
     return piece.ids[:starts[bars]] if len(starts) > bars else None
 
 
-def continuation_start(tokenizer: Any, prompt: Sequence[int]) -> int:
-    """Sub-beat (of the metrics' grid) of the first bar line after the prompt (REMI grammar clock)."""
-    from remi.vocab import TICKS_PER_BEAT, TICKS_PER_SUB_BEAT
-
+def continuation_start(tokenizer: BaseTokenizer, prompt: Sequence[int]) -> int:
+    """Sub-beat (of the metrics' grid) of the first bar line after the prompt (from the grammar state)."""
     state = tokenizer.constraint_state()
     for token in prompt:
         state.advance(token)
-    clock = state.clock
-    remi_sub_beats = clock.start + clock.length if clock.bars else 0
-    return round(remi_sub_beats * TICKS_PER_SUB_BEAT * SUB_BEATS_PER_QUARTER / TICKS_PER_BEAT)
+    return round(state.next_bar_time() * SUB_BEATS_PER_QUARTER)
 
 
-def measure(tokenizer: Any, ids: Sequence[int], cut: int | None = None) -> dict[str, float]:
+def measure(tokenizer: BaseTokenizer, ids: Sequence[int], cut: int | None = None) -> dict[str, float]:
     """Metrics of the decoded ids from sub-beat `cut` (a bar line) on; without a cut, from the bar of
     the first note on (as the real pieces, see drop_leading_silence)."""
     piece = from_midi(tokenizer.decode(list(ids)))
@@ -164,7 +158,7 @@ def measure(tokenizer: Any, ids: Sequence[int], cut: int | None = None) -> dict[
     return piece_metrics(piece.after(cut) if cut else piece)
 
 
-def measure_real(tokenizer: Any, pieces: Sequence[RealPiece], options: QualityOptions, start_len: int
+def measure_real(tokenizer: BaseTokenizer, pieces: Sequence[RealPiece], options: QualityOptions, start_len: int
                  ) -> list[QualityRow]:
     """Rows of the real pieces for every mode (cut like the generated pieces unless full_real)."""
     rows = []

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
+from tokenization import BaseTokenizer, ConstraintState
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class Decoder:
     give an undo point. `results()` drops trailing tokens of an unfinished event (constrained only).
     """
 
-    def __init__(self, model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], num_samples: int = 1,
+    def __init__(self, model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], num_samples: int = 1,
                  sampling: SamplingConfig | None = None, generator: torch.Generator | None = None,
                  capacity: int | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
@@ -259,7 +260,7 @@ def repeat_state(state: GenerationState, batch: int) -> GenerationState:
     return GenerationState(position=state.position, positional_noise=state.positional_noise, layers=layers)
 
 
-def generate_batch(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_new_tokens: int,
+def generate_batch(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], max_new_tokens: int,
                    num_samples: int = 1, sampling: SamplingConfig | None = None,
                    generator: torch.Generator | None = None, progress: bool = False,
                    stop: Callable[[list[int]], bool] | None = None) -> list[GenerationResult]:
@@ -277,7 +278,7 @@ def generate_batch(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int],
     return results
 
 
-def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_new_tokens: int,
+def generate(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], max_new_tokens: int,
              sampling: SamplingConfig | None = None,
              generator: torch.Generator | None = None, progress: bool = False,
              stop: Callable[[list[int]], bool] | None = None) -> GenerationResult:
@@ -292,7 +293,7 @@ def generate(model: MusicPerformer, tokenizer: Any, prompt: Sequence[int], max_n
                           stop)[0]
 
 
-def _check_allowed(grammar: Any, token: int, tokenizer: Any, position: int) -> None:
+def _check_allowed(grammar: ConstraintState, token: int, tokenizer: BaseTokenizer, position: int) -> None:
     """ValueError when a prompt token breaks the grammar (the prompt is not a valid sequence)."""
     if not bool(np.asarray(grammar.allowed())[token]):
         raise ValueError(f"the prompt breaks the tokenizer's grammar at position {position}: token "

@@ -3,8 +3,8 @@ decoding, style metrics (``groove.metrics``), dataset loader (``groove.dataset``
 corpus (``groove.trio``)."""
 
 from groove.augment import Augmentation, AugmentedPiece
-from groove.constraints import ClosedNote, GrooveState
+from groove.constraints import ClosedNote, GrooveConstraintState
 from groove.roles import TRACKS, GroovePiece
 from groove.tokenizer import GrooveTokenizer
 
-__all__ = ["TRACKS", "Augmentation", "AugmentedPiece", "ClosedNote", "GroovePiece", "GrooveState", "GrooveTokenizer"]
+__all__ = ["TRACKS", "Augmentation", "AugmentedPiece", "ClosedNote", "GroovePiece", "GrooveConstraintState", "GrooveTokenizer"]

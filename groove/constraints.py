@@ -1,8 +1,8 @@
 """The grammar of Groove2Groove token sequences, as an incremental state.
 
 One state serves both constrained sampling (``allowed`` masks the tokens that would make the sequence
-invalid) and decoding (``GrooveTokenizer.decode`` skips the tokens ``is_valid`` refuses). A token is
-invalid when it is:
+invalid) and decoding (``GrooveTokenizer.decode`` skips the tokens ``accepts`` refuses). A token is
+invalid when it is (``GrooveConstraintState`` implements the ``tokenization.ConstraintState`` contract):
 
 * ``NoteOff`` of a note that is not sounding, or of a note that started at the current time (a
   zero-length note);
@@ -15,11 +15,13 @@ invalid when it is:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
-from groove.roles import TICKS_PER_BEAT
-from groove.vocab import NOTE_OFF, NOTE_ON, TIME_SHIFT, TokenTables, shift_target
+from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
+from groove.vocab import NOTE_OFF, NOTE_ON, TIME_SHIFT, GrooveTokenTable, shift_target
+from tokenization import ConstraintState
 
 
 @dataclass(frozen=True)
@@ -32,79 +34,88 @@ class ClosedNote:
     end: int  # offset tick, > start
 
 
-class GrooveState:
+class GrooveConstraintState(ConstraintState):
     """Incremental grammar state: current time, sounding notes, start/end seen."""
 
-    def __init__(self, tables: TokenTables):
-        self.tables = tables
+    def __init__(self, table: GrooveTokenTable):
+        self.table = table
         self.time = 0  # current tick (12 per beat)
         self.sounding: dict[tuple[int, int], int] = {}  # (track, pitch) -> onset tick
         self.length = 0  # tokens consumed so far
         self.ended = False  # End_None has been consumed
-        self._shift_masks = self._build_shift_masks(tables)
+        self._shift_masks = self._build_shift_masks(table)
 
     @staticmethod
-    def _build_shift_masks(tables: TokenTables) -> np.ndarray:
+    def _build_shift_masks(table: GrooveTokenTable) -> np.ndarray:
         """(12, V) base masks per current offset: every note-on, End, and the forward time shifts."""
-        size = len(tables.kind)
+        size = len(table.kind)
         masks = np.zeros((TICKS_PER_BEAT, size), dtype=bool)
-        masks[:, tables.note_on.ravel()] = True
-        masks[:, tables.end_id] = True
-        is_shift = tables.kind == TIME_SHIFT
+        masks[:, table.note_on.ravel()] = True
+        masks[:, table.end_id] = True
+        is_shift = table.kind == TIME_SHIFT
         for off in range(TICKS_PER_BEAT):
-            masks[off] |= is_shift & ((tables.beats > 0) | (tables.offset > off))
+            masks[off] |= is_shift & ((table.beats > 0) | (table.offset > off))
         return masks
 
     def allowed(self) -> np.ndarray:
         """(V,) bool: the tokens that keep the sequence valid after the tokens consumed so far."""
-        tables = self.tables
+        table = self.table
         if self.ended:
-            mask = np.zeros(len(tables.kind), dtype=bool)
-            mask[tables.end_id] = True
+            mask = np.zeros(len(table.kind), dtype=bool)
+            mask[table.end_id] = True
             return mask
         mask = self._shift_masks[self.time % TICKS_PER_BEAT].copy()
-        mask[tables.start_id] = self.length == 0
+        mask[table.start_id] = self.length == 0
         for (track, pitch), onset in self.sounding.items():
-            mask[tables.note_on[track, pitch]] = False
-            mask[tables.note_off[track, pitch]] = onset < self.time
+            mask[table.note_on[track, pitch]] = False
+            mask[table.note_off[track, pitch]] = onset < self.time
         return mask
 
-    def is_valid(self, idx: int) -> bool:
-        tables = self.tables
-        if not 0 <= idx < len(tables.kind):
+    def accepts(self, idx: int) -> bool:
+        """Whether token ``idx`` may come next."""
+        table = self.table
+        if not 0 <= idx < len(table.kind):
             return False
         if self.ended:
-            return idx == tables.end_id
-        if idx == tables.start_id:
+            return idx == table.end_id
+        if idx == table.start_id:
             return self.length == 0
-        kind = tables.kind[idx]
+        kind = table.kind[idx]
         if kind == TIME_SHIFT:
-            return tables.beats[idx] > 0 or tables.offset[idx] > self.time % TICKS_PER_BEAT
-        key = (int(tables.track[idx]), int(tables.pitch[idx]))
+            return table.beats[idx] > 0 or table.offset[idx] > self.time % TICKS_PER_BEAT
+        key = (int(table.track[idx]), int(table.pitch[idx]))
         if kind == NOTE_ON:
             return key not in self.sounding
         if kind == NOTE_OFF:
             return key in self.sounding and self.sounding[key] < self.time
         return True  # End_None
 
-    def advance(self, idx: int) -> ClosedNote | None:
-        """Consume one token; return the note it completes, if any. ValueError for an invalid token."""
+    def advance(self, idx: int) -> None:
+        """Consume one token; ValueError for an invalid token."""
+        self.advance_note(idx)
+
+    def advance_note(self, idx: int) -> ClosedNote | None:
+        """``advance``, returning the note the token completes, if any (for the decoder)."""
         idx = int(idx)
-        if not self.is_valid(idx):
+        if not self.accepts(idx):
             raise ValueError(f"token id {idx} is not valid here (time {self.time}, {len(self.sounding)} notes on)")
-        tables = self.tables
+        table = self.table
         self.length += 1
-        kind = tables.kind[idx]
-        if idx == tables.end_id:
+        kind = table.kind[idx]
+        if idx == table.end_id:
             self.ended = True
         elif kind == TIME_SHIFT:
-            self.time = shift_target(self.time, int(tables.beats[idx]), int(tables.offset[idx]))
+            self.time = shift_target(self.time, int(table.beats[idx]), int(table.offset[idx]))
         elif kind == NOTE_ON:
-            self.sounding[(int(tables.track[idx]), int(tables.pitch[idx]))] = self.time
+            self.sounding[(int(table.track[idx]), int(table.pitch[idx]))] = self.time
         elif kind == NOTE_OFF:
-            track, pitch = int(tables.track[idx]), int(tables.pitch[idx])
+            track, pitch = int(table.track[idx]), int(table.pitch[idx])
             return ClosedNote(track, pitch, self.sounding.pop((track, pitch)), self.time)
         return None
+
+    def next_bar_time(self) -> Fraction:
+        """Beats to the first 4/4 bar line at or after the current time (the current time on a bar line)."""
+        return Fraction(-(-self.time // TICKS_PER_BAR) * TICKS_PER_BAR, TICKS_PER_BEAT)
 
     def close_all(self) -> list[ClosedNote]:
         """Close the notes still sounding at the current time (at least one tick long)."""

@@ -5,18 +5,21 @@ folders of Band-in-a-Box MIDI files (their MIDI files sit in a ``fixed/`` subfol
 the recursive listing) named ``<song>.<style>.mid``, with tracks named "BB Bass", "BB Drums", "BB Piano",
 "BB Guitar", "BB Strings" (the role rules of ``groove.roles`` map them to bass, drums and accompaniment
 candidates). The offline trio corpus of ``groove.trio`` is written in the same layout.
+
+The dataset calls its validation split ``val``; the rest of the project calls it ``valid``
+(``data.SPLITS``): :func:`corpus_splits` is the one place that maps the folder names to ours.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tokenization import FolderReport
-from tokenization.base import MIDI_SUFFIXES
+from tokenization import FolderReport, midi_files
 
 from groove.tokenizer import GrooveTokenizer
 
-SPLITS = ("train", "val", "test")
+SPLITS = ("train", "val", "test")  # the dataset's split folders
+SPLIT_OF_FOLDER = {"train": "train", "val": "valid", "test": "test"}  # split folder -> the project's split name
 
 
 def list_split(root: str | Path, split: str) -> list[Path]:
@@ -26,7 +29,7 @@ def list_split(root: str | Path, split: str) -> list[Path]:
     folder = Path(root) / split
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such split folder (expected root/{{{','.join(SPLITS)}}}/*.mid)")
-    return sorted(p for p in folder.rglob("*") if p.suffix in MIDI_SUFFIXES and p.is_file())
+    return midi_files(folder)
 
 
 def list_splits(root: str | Path) -> dict[str, list[Path]]:
@@ -35,6 +38,11 @@ def list_splits(root: str | Path) -> dict[str, list[Path]]:
     if not found:
         raise FileNotFoundError(f"{root}: none of the split folders {', '.join(SPLITS)}")
     return found
+
+
+def corpus_splits(root: str | Path) -> dict[str, list[Path]]:
+    """``list_splits`` keyed by the project's split names (``train``, ``valid``, ``test``)."""
+    return {SPLIT_OF_FOLDER[folder]: files for folder, files in list_splits(root).items()}
 
 
 def style_of(path: str | Path) -> str | None:

@@ -24,7 +24,7 @@ import muspy
 import numpy as np
 
 from groove.augment import Augmentation, AugmentedPiece, augment
-from groove.constraints import ClosedNote, GrooveState
+from groove.constraints import ClosedNote, GrooveConstraintState
 from groove.roles import (
     DRUMS,
     TICKS_PER_BAR,
@@ -40,7 +40,7 @@ from groove.vocab import (
     NOTE_ON,
     START,
     TIME_SHIFT,
-    TokenTables,
+    GrooveTokenTable,
     format_tokens,
     note_token,
     shift_target,
@@ -108,14 +108,14 @@ def tracks_to_tokens(tracks: list[list[GridNote]]) -> list[str]:
     return tokens + [END]
 
 
-class GrooveTokenizer(BaseTokenizer):
+class GrooveTokenizer(BaseTokenizer, token_format="groove"):
     """Bass / drums / accompaniment events with beat-relative time shifts (see the module docstring)."""
 
     special_tokens: ClassVar[tuple[str, ...]] = (START, END)
 
     def __init__(self) -> None:
         super().__init__()
-        self.tables = TokenTables.from_vocab(self.vocab)
+        self.table = GrooveTokenTable.from_vocab(self.vocab)
 
     # ---------------------------------------------------------------- hooks
     def _build_vocab_tokens(self) -> list[str]:
@@ -137,10 +137,10 @@ class GrooveTokenizer(BaseTokenizer):
         notes, skipped = [], 0
         for token in tokens:
             idx = self.vocab.ids.get(token, -1)
-            if not state.is_valid(idx):
+            if not state.accepts(idx):
                 skipped += 1
                 continue
-            closed = state.advance(idx)
+            closed = state.advance_note(idx)
             if closed is not None:
                 notes.append(closed)
         return notes_to_music(notes + state.close_all()), skipped
@@ -149,11 +149,11 @@ class GrooveTokenizer(BaseTokenizer):
     @property
     def pad_id(self) -> int:
         """Padding is the end token (the vocabulary has no PAD; padded positions are out of the loss)."""
-        return self.tables.end_id
+        return self.table.end_id
 
     @property
     def start_id(self) -> int:
-        return self.tables.start_id
+        return self.table.start_id
 
     # -------------------------------------------------------- augmentation
     def parse(self, source: Any) -> GroovePiece:
@@ -183,14 +183,14 @@ class GrooveTokenizer(BaseTokenizer):
         ids = np.asarray(list(ids), dtype=np.int64)  # (N,)
         if ids.size and (ids.min() < 0 or ids.max() >= len(self.vocab)):
             raise ValueError("token id outside the vocabulary")
-        kind, track = self.tables.kind[ids], self.tables.track[ids]
+        kind, track = self.table.kind[ids], self.table.track[ids]
         moved = ((kind == NOTE_ON) | (kind == NOTE_OFF)) & (track != DRUMS)
-        pitch = self.tables.pitch[ids[moved]] + semitones
+        pitch = self.table.pitch[ids[moved]] + semitones
         if pitch.size and (pitch.min() < 0 or pitch.max() > 127):
             raise ValueError(f"transposing by {semitones} moves pitches outside 0..127")
-        table = np.where(kind[moved] == NOTE_ON, 0, 1)
+        which = np.where(kind[moved] == NOTE_ON, 0, 1)  # 0: note-on table, 1: note-off table
         out = ids.copy()
-        out[moved] = np.stack([self.tables.note_on, self.tables.note_off])[table, track[moved], pitch]
+        out[moved] = np.stack([self.table.note_on, self.table.note_off])[which, track[moved], pitch]
         return out.tolist()
 
     def bar_starts(self, ids: Iterable[int]) -> list[int]:
@@ -203,18 +203,18 @@ class GrooveTokenizer(BaseTokenizer):
         """
         starts, time, on_line = [], 0, True
         for i, idx in enumerate(int(x) for x in ids):
-            if idx == self.tables.end_id:
+            if idx == self.table.end_id:
                 break
             known = 0 <= idx < len(self.vocab)
-            if on_line and not (i > 0 and known and self.tables.kind[idx] == NOTE_OFF):
+            if on_line and not (i > 0 and known and self.table.kind[idx] == NOTE_OFF):
                 starts.append(i)
                 on_line = False
-            if known and self.tables.kind[idx] == TIME_SHIFT:
-                target = shift_target(time, int(self.tables.beats[idx]), int(self.tables.offset[idx]))
+            if known and self.table.kind[idx] == TIME_SHIFT:
+                target = shift_target(time, int(self.table.beats[idx]), int(self.table.offset[idx]))
                 if target > time:
                     time, on_line = target, target % TICKS_PER_BAR == 0
         return starts
 
-    def constraint_state(self) -> GrooveState:
+    def constraint_state(self) -> GrooveConstraintState:
         """Incremental grammar for constrained sampling (``allowed``, ``advance``); see ``groove.constraints``."""
-        return GrooveState(self.tables)
+        return GrooveConstraintState(self.table)

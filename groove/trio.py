@@ -25,13 +25,13 @@ import miditoolkit
 import numpy as np
 from tqdm.auto import tqdm
 
+from groove.dataset import SPLITS
 from groove.roles import BEATS_PER_BAR, TICKS_PER_BAR, TICKS_PER_BEAT, GridNote, clean_notes
 
 logger = logging.getLogger(__name__)
 
 MIDI_TICKS_PER_BEAT = 480  # resolution of the written files (grid tick = 40 MIDI ticks)
 QPM = 100  # tempo of the written files
-SPLITS = ("train", "val", "test")
 KICK, SNARE, CLOSED_HAT, OPEN_HAT, CRASH = 36, 38, 42, 46, 49  # GM drum pitches
 DRUM_HIT_TICKS = 2  # length of a drum hit on the grid
 

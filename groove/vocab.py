@@ -28,7 +28,7 @@ TIME_SHIFTS = (
     [(0, o) for o in range(1, TICKS_PER_BEAT)] + [(1, o) for o in range(TICKS_PER_BEAT)] + [(2, 0)]
 )  # (beats, offset) pairs, in vocabulary order
 
-# Token kinds in TokenTables.kind.
+# Token kinds in GrooveTokenTable.kind.
 SPECIAL, NOTE_ON, NOTE_OFF, TIME_SHIFT = range(4)
 
 
@@ -49,7 +49,7 @@ def format_tokens() -> list[str]:
 
 
 @dataclass(frozen=True)
-class TokenTables:
+class GrooveTokenTable:
     """What each token id means, as arrays indexed by id (-1 where a field does not apply)."""
 
     kind: np.ndarray  # (V,) SPECIAL / NOTE_ON / NOTE_OFF / TIME_SHIFT
@@ -64,7 +64,7 @@ class TokenTables:
     shift: dict[tuple[int, int], int]  # (beats, offset) -> id of the time shift
 
     @staticmethod
-    def from_vocab(vocab: Vocab) -> "TokenTables":
+    def from_vocab(vocab: Vocab) -> "GrooveTokenTable":
         size = len(vocab)
         kind, track, pitch, beats, offset = (np.full(size, -1, dtype=np.int64) for _ in range(5))
         note_on = np.zeros((len(TRACKS), NUM_PITCHES), dtype=np.int64)
@@ -80,7 +80,7 @@ class TokenTables:
             shift[(b, o)], kind[idx], beats[idx], offset[idx] = idx, TIME_SHIFT, b, o
         start_id, end_id = vocab[START], vocab[END]
         kind[start_id] = kind[end_id] = SPECIAL
-        return TokenTables(kind, track, pitch, beats, offset, start_id, end_id, note_on, note_off, shift)
+        return GrooveTokenTable(kind, track, pitch, beats, offset, start_id, end_id, note_on, note_off, shift)
 
 
 def shifts_between(current: int, target: int) -> list[tuple[int, int]]:

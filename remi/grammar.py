@@ -11,7 +11,8 @@ A piece is ``Bar [TimeSig] (Beat [Tempo] [Chord] (Pitch Velocity Duration)*)* ..
   encoder never writes it, and the decoder skips it as an invalid event);
 * after ``EOS`` only ``PAD``.
 
-:class:`REMIConstraintState` tracks this incrementally (``allowed()`` / ``accepts(id)`` / ``advance(id)``);
+:class:`REMIConstraintState` tracks this incrementally (the ``tokenization.ConstraintState`` contract:
+``allowed()`` / ``accepts(id)`` / ``advance(id)`` / ``next_bar_time()``);
 the decoder runs the same state machine, so a sequence the grammar accepts decodes with no skipped event.
 """
 
@@ -19,15 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from fractions import Fraction
 
 import numpy as np
 
-from remi.vocab import DEFAULT_METER, METERS, TICKS_PER_SUB_BEAT, meter_parts
-from tokenization import Vocab
+from remi.vocab import DEFAULT_METER, METERS, SUB_BEATS_PER_BEAT, TICKS_PER_SUB_BEAT, meter_parts
+from tokenization import ConstraintState, Vocab
 
 
 class Kind(IntEnum):
-    """Token types; ``TokenTable.kinds`` maps every id to one."""
+    """Token types; ``REMITokenTable.kinds`` maps every id to one."""
 
     PAD = 0
     EOS = 1
@@ -55,7 +57,7 @@ PREFIXES = {  # token-string prefix -> kind (longest match first is unnecessary:
 }
 
 
-class TokenTable:
+class REMITokenTable:
     """Per-id kind and integer value of a REMI vocabulary, plus boolean masks per kind."""
 
     def __init__(self, vocab: Vocab):
@@ -120,10 +122,10 @@ class BarClock:
         self.meter, self.parts, self.part = meter, meter_parts(meter), 0
 
 
-class REMIConstraintState:
+class REMIConstraintState(ConstraintState):
     """Incremental REMI grammar (see the module docstring); one per generated sequence."""
 
-    def __init__(self, table: TokenTable):
+    def __init__(self, table: REMITokenTable):
         self.table = table  # the vocabulary's kinds and values (TimeSig masks are empty without them)
         self.clock = BarClock()  # current bar part and meter
         self.phase = Phase.START  # grammar position
@@ -190,6 +192,11 @@ class REMIConstraintState:
         if not self.accepts(token_id):
             raise ValueError(f"token id {token_id} is not allowed after phase {self.phase.name}")
         self._apply(self.table.kind_list[token_id], self.table.value_list[token_id])
+
+    def next_bar_time(self) -> Fraction:
+        """Beats to the end of the current bar part, where the next ``Bar`` starts (0 before any Bar)."""
+        sub_beats = self.clock.start + self.clock.length if self.clock.bars else 0
+        return Fraction(sub_beats, SUB_BEATS_PER_BEAT)
 
     def abandon_note(self) -> None:
         """Drop a note whose Pitch (and Velocity) came but not its Duration (used by the decoder)."""

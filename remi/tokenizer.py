@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import miditoolkit
 import numpy as np
 from miditoolkit import Instrument, Marker, Note, TempoChange, TimeSignature
 
 from remi.chords import beat_chords
-from remi.grammar import Kind, Phase, REMIConstraintState, TokenTable
+from remi.grammar import Kind, Phase, REMIConstraintState, REMITokenTable
 from remi.meter import decide_meter
 from remi.vocab import (
     CHORD_ROOTS,
@@ -86,14 +86,14 @@ class EncodeStats:
     meter_reason: str = ""  # why that meter, in words (see remi.meter)
 
 
-class REMITokenizer(BaseTokenizer):
+class REMITokenizer(BaseTokenizer, token_format="remi"):
     """REMI events for (pop) piano: Bar, Beat, Tempo, Chord, Note triples; optional TimeSig."""
 
     def __init__(self, time_signatures: bool = True, keep_leading_silence: bool = False):
         self.time_signatures = time_signatures  # write TimeSig tokens and follow the meter policy
         self.keep_leading_silence = keep_leading_silence  # start at the file's first bar, not the first note's
         super().__init__()
-        self.table = TokenTable(self.vocab)  # per-id kind/value, for the grammar and the decoder
+        self.table = REMITokenTable(self.vocab)  # per-id kind/value, for the grammar and the decoder
         self.bar_id = self.vocab["Bar_None"]
         self.last_encode_stats = EncodeStats()  # filled by every encode
         self._transpose_tables: dict[int, np.ndarray] = {}  # semitones -> id lookup (-1: out of range)
@@ -103,6 +103,16 @@ class REMITokenizer(BaseTokenizer):
 
     def config(self) -> dict[str, Any]:
         return {"time_signatures": self.time_signatures, "keep_leading_silence": self.keep_leading_silence}
+
+    @property
+    def start_id(self) -> int:
+        """A piece starts with a bar line (``Bar_None``)."""
+        return self.bar_id
+
+    def meters_followed(self, midi: miditoolkit.MidiFile) -> list[str]:
+        """The meter the meter policy chose (``EncodeStats.meter``), else the file's time signatures."""
+        meter = self.last_encode_stats.meter
+        return [meter] if meter and meter != "declared map" else super().meters_followed(midi)
 
     # ---------------------------------------------------------------- encode
     def encode_with_report(self, source: Any) -> tuple[list[int], EncodeStats]:
@@ -340,7 +350,7 @@ class REMITokenizer(BaseTokenizer):
         return midi, skipped
 
     # ------------------------------------------------------- shared helpers
-    def transpose(self, ids: list[int], semitones: int) -> list[int]:
+    def transpose(self, ids: Sequence[int], semitones: int) -> list[int]:
         """Shift pitches and chord roots by ``semitones``; ValueError if a pitch leaves 22..107."""
         table = self._transpose_table(int(semitones))
         array = np.asarray(ids, dtype=np.int64)
@@ -370,6 +380,6 @@ class REMITokenizer(BaseTokenizer):
             self._transpose_tables[semitones] = table
         return self._transpose_tables[semitones]
 
-    def bar_starts(self, ids: list[int]) -> list[int]:
+    def bar_starts(self, ids: Sequence[int]) -> list[int]:
         """Indices of the Bar tokens (where training crops may start)."""
         return np.flatnonzero(np.asarray(ids, dtype=np.int64) == self.bar_id).tolist()

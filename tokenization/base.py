@@ -1,14 +1,23 @@
 """The base tokenizer: vocabulary, special tokens, encode/decode, JSON round trip, folder runs.
 
-A format (``remi.REMITokenizer``, ``groove.GrooveTokenizer``) subclasses :class:`BaseTokenizer` and
+A format (``remi.REMITokenizer``, ``groove.GrooveTokenizer``) subclasses :class:`BaseTokenizer`, names
+itself (``class REMITokenizer(BaseTokenizer, token_format="remi")``, see ``tokenization.registry``) and
 implements three hooks:
 
 * ``_build_vocab_tokens()`` -> the format's tokens (``Type_Value`` strings), specials excluded;
 * ``_encode_midi(midi)`` -> token strings for one ``miditoolkit.MidiFile``;
-* ``_decode_tokens(tokens)`` -> ``(music_object, skipped)`` where ``skipped`` counts invalid events.
+* ``_decode_tokens(tokens)`` -> ``(music_object, skipped)`` where ``skipped`` counts invalid events;
 
-It may override ``_load(source)`` to accept more input types, ``special_tokens`` and ``config()`` (the
-constructor keyword arguments, saved with the vocabulary so a checkpoint can rebuild the tokenizer).
+and the contract that data/ and apps/ rely on, for every format alike:
+
+* ``start_id``: the token an unprompted piece starts with;
+* ``bar_starts(ids)``: indices where a bar starts (training crops and prompts are cut there);
+* ``transpose(ids, semitones)``: the same piece shifted in pitch (ValueError when a pitch leaves the range);
+* ``constraint_state()``: a fresh :class:`~tokenization.constraints.ConstraintState` (the grammar).
+
+It may override ``_load(source)`` to accept more input types, ``special_tokens``, ``config()`` (the
+constructor keyword arguments, saved with the vocabulary so a checkpoint can rebuild the tokenizer) and
+``meters_followed(midi)``.
 """
 
 from __future__ import annotations
@@ -23,12 +32,12 @@ from typing import Any, ClassVar, Iterable, Sequence
 import miditoolkit
 from tqdm.auto import tqdm
 
+from tokenization import registry
+from tokenization.constraints import ConstraintState
 from tokenization.errors import TokenizationError
-from tokenization.midi_io import load_midi, source_name
+from tokenization.midi_io import declared_meters, load_midi, midi_files, source_name
 
 logger = logging.getLogger(__name__)
-
-MIDI_SUFFIXES = (".mid", ".midi", ".MID", ".MIDI")
 
 
 class Vocab:
@@ -84,11 +93,10 @@ class BaseTokenizer(ABC):
     """Owns the vocabulary and the encode/decode plumbing; subclasses implement the format."""
 
     special_tokens: ClassVar[tuple[str, ...]] = ("PAD_None", "EOS_None")
-    registry: ClassVar[dict[str, type["BaseTokenizer"]]] = {}
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, token_format: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        BaseTokenizer.registry[cls.__name__] = cls
+        registry.register(cls, token_format)
 
     def __init__(self) -> None:
         self.vocab = Vocab(list(self.special_tokens) + list(self._build_vocab_tokens()))
@@ -106,12 +114,38 @@ class BaseTokenizer(ABC):
     def _decode_tokens(self, tokens: list[str]) -> tuple[Any, int]:
         """``(piece, skipped)`` for a list of token strings; never raises on invalid sequences."""
 
+    # -------------------------------------------------------------- contract
+    @property
+    @abstractmethod
+    def start_id(self) -> int:
+        """The token an unprompted piece starts with."""
+
+    @abstractmethod
+    def bar_starts(self, ids: Sequence[int]) -> list[int]:
+        """Indices of the tokens where a bar starts (where training crops and prompts are cut)."""
+
+    @abstractmethod
+    def transpose(self, ids: Sequence[int], semitones: int) -> list[int]:
+        """The ids of the piece shifted by ``semitones``; ValueError if a pitch would leave the range."""
+
+    @abstractmethod
+    def constraint_state(self) -> ConstraintState:
+        """A fresh grammar state (before the first token) for constrained sampling and decoding."""
+
+    def meters_followed(self, midi: miditoolkit.MidiFile) -> list[str]:
+        """The meters ("n/d") the last ``encode`` of ``midi`` wrote bars in; here the file's time signatures."""
+        return declared_meters(midi)
+
     def _load(self, source: Any) -> miditoolkit.MidiFile:
         return load_midi(source)
 
     def config(self) -> dict[str, Any]:
         """Constructor keyword arguments that rebuild this tokenizer."""
         return {}
+
+    def settings(self) -> dict[str, Any]:
+        """Class name and constructor arguments: what identifies the tokenizer in a corpus's build settings."""
+        return {"name": type(self).__name__, "config": self.config()}
 
     # ------------------------------------------------------------ properties
     @property
@@ -181,18 +215,12 @@ class BaseTokenizer(ABC):
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> "BaseTokenizer":
-        """Rebuild a tokenizer saved by ``to_dict``; refuses a vocabulary that does not match."""
-        name = data.get("tokenizer")
-        if name not in BaseTokenizer.registry:
-            raise ValueError(f"unknown tokenizer {name!r} (known: {sorted(BaseTokenizer.registry)})")
-        tok = BaseTokenizer.registry[name](**data.get("config", {}))
-        if tok.vocab.tokens != list(data.get("vocab", [])):
-            raise ValueError(f"saved {name} vocabulary does not match this version's vocabulary")
-        return tok
+        """Rebuild a tokenizer saved by ``to_dict`` (``tokenization.registry.tokenizer_from_dict``)."""
+        return registry.tokenizer_from_dict(data)
 
     @staticmethod
     def load(path: str | Path) -> "BaseTokenizer":
-        return BaseTokenizer.from_dict(json.loads(Path(path).read_text()))
+        return registry.load_tokenizer(path)
 
     # -------------------------------------------------------------- folders
     def encode_folder(self, folder: str | Path, progress: bool = True) -> FolderReport:
@@ -200,7 +228,7 @@ class BaseTokenizer(ABC):
         root = Path(folder)
         if not root.is_dir():
             raise TokenizationError(str(root), "not a directory")
-        files = sorted(p for p in root.rglob("*") if p.suffix in MIDI_SUFFIXES and p.is_file())
+        files = midi_files(root)
         report = FolderReport()
         for path in tqdm(files, desc=f"tokenising {root.name}", unit="file", disable=not progress):
             try:

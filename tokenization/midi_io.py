@@ -1,4 +1,4 @@
-"""Loading MIDI from the forms users hand us: a path, raw bytes, or an in-memory object.
+"""Loading MIDI from the forms users hand us: a path, raw bytes, or an in-memory object; finding MIDI files.
 
 Bytes are parsed with ``symusic`` (a C++ MIDI parser, ~100x faster than mido) and converted to the
 ``miditoolkit.MidiFile`` the tokenizers work on: instruments (program, is_drum, name, notes), tempo
@@ -17,6 +17,27 @@ import symusic
 from tokenization.errors import TokenizationError
 
 MIDI_MAGIC = b"MThd"
+MIDI_SUFFIXES = (".mid", ".midi")  # file suffixes taken for MIDI files, compared in lower case
+
+
+def is_midi_path(path: Path) -> bool:
+    """Whether a path names a MIDI file by its suffix (``.mid`` / ``.midi``, any case)."""
+    return path.suffix.lower() in MIDI_SUFFIXES
+
+
+def midi_files(folder: Path) -> list[Path]:
+    """Every MIDI file below ``folder`` (recursively), sorted by path."""
+    return sorted(p for p in folder.rglob("*") if is_midi_path(p) and p.is_file())
+
+
+def declared_meters(midi: miditoolkit.MidiFile) -> list[str]:
+    """Time signatures of a MIDI file in order of appearance ("n/d"), consecutive repeats removed."""
+    meters: list[str] = []
+    for change in sorted(midi.time_signature_changes, key=lambda t: t.time):
+        meter = f"{change.numerator}/{change.denominator}"
+        if not meters or meters[-1] != meter:
+            meters.append(meter)
+    return meters
 
 
 def source_name(source: Any) -> str:

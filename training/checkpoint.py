@@ -18,7 +18,6 @@ a half-written one behind `latest`.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -36,14 +35,12 @@ from safetensors.torch import load_file, save_file
 
 from training.config import RunConfig
 from model import MusicPerformer
-from tokenization import BaseTokenizer
+from tokenization import BaseTokenizer, tokenizer_from_dict
 
 logger = logging.getLogger(__name__)
 
 PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"  # the shipped model (when present)
 FORMAT_VERSION = 1
-# module defining each tokenizer class (imported on demand: BaseTokenizer.from_dict needs it registered)
-TOKENIZER_MODULES = {"REMITokenizer": "remi", "GrooveTokenizer": "groove"}
 
 RngState = dict[str, Any]  # one process's RNG states: name -> uint8 tensor or JSON-able value
 
@@ -198,20 +195,12 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     folder = resolve_checkpoint(path)
     meta = read_meta(folder)
     config = RunConfig.from_dict(meta["config"], source=f"{folder}/meta.json")
-    tokenizer = load_tokenizer(meta["tokenizer"])
+    tokenizer = tokenizer_from_dict(meta["tokenizer"])
     model = MusicPerformer(config.model_config(tokenizer.vocab_size))
     load_weights(folder, model)
     model.to(device).eval()
     return Checkpoint(model=model, tokenizer=tokenizer, config=config, step=int(meta["step"]),
                       meta=meta, path=folder)
-
-
-def load_tokenizer(data: dict[str, Any]) -> BaseTokenizer:
-    """BaseTokenizer.from_dict, once the tokenizer's module is imported (registered)."""
-    module = TOKENIZER_MODULES.get(data.get("tokenizer", ""))
-    if module is not None:
-        importlib.import_module(module)
-    return BaseTokenizer.from_dict(data)
 
 
 def load_weights(path: str | Path, model: torch.nn.Module) -> None:

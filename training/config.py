@@ -21,11 +21,11 @@ from typing import Any, Optional, Union
 
 import yaml
 
+from data.kinds import CORPUS_KINDS, check_kind_format
 from model import DEVICE_NAMES, ModelConfig
+from tokenization import token_formats
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the YAML files shipped with the repo
-CORPUS_KINDS = ("default", "midi_folder", "pop1k7", "pop909", "groove", "trio")
-TOKEN_FORMATS = ("remi", "groove")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 # The model section: every ModelConfig field except vocab_size, same types and defaults.
@@ -52,7 +52,8 @@ class DataConfig:
 
     def validate(self) -> None:
         _choice("data.kind", self.kind, CORPUS_KINDS)
-        _choice("data.format", self.format, TOKEN_FORMATS)
+        _choice("data.format", self.format, token_formats())
+        check_kind_format(self.kind, self.format)  # before any corpus is built or loaded
         _at_least("data.crop_len", self.crop_len, 2)
         _at_least("data.transpose", self.transpose, 0)
         _at_least("data.samples_per_piece", self.samples_per_piece, 1)

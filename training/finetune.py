@@ -29,6 +29,7 @@ import torch
 from training.checkpoint import PRETRAINED, load_weights, read_meta, resolve_checkpoint
 from training.config import RunConfig, apply_overrides, load_config
 from model import MusicPerformer
+from tokenization import BaseTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def weight_shapes(cfg: RunConfig, vocab_size: int) -> dict[str, tuple[int, ...]]
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
-def check_vocabulary(source: InitSource, tokenizer: Any) -> None:
+def check_vocabulary(source: InitSource, tokenizer: BaseTokenizer) -> None:
     """ValueError (one line, naming the differing tokens) when the corpus tokenizer's vocabulary is
     not exactly the source model's."""
     saved = source.meta["tokenizer"]

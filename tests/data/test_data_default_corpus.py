@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import data.music21_corpus as m21
+import data.score_midi as score_midi
 from data import SPLITS, assign_splits, build_default_corpus, load_corpus
 from data.corpus import Piece, split_pieces
 from remi import REMITokenizer
@@ -78,7 +79,7 @@ def test_midi_cache_reused_when_settings_change(tiny, tmp_path, monkeypatch):
     """New settings re-tokenise from root/midi without parsing a score; long pieces are cut at a bar."""
     root = tmp_path / "copy"
     shutil.copytree(tiny.root / "midi", root / "midi")
-    monkeypatch.setattr(m21, "convert_source", _refuse)
+    monkeypatch.setattr(m21, "convert_corpus_file", _refuse)
     cut = build_default_corpus(root, REMITokenizer(), workers=1, max_piece_tokens=400, **TINY)
     assert cut.summary["files_converted"] == 0 and cut.summary["files_from_cache"] == N_CHORALES
     tok = cut.tokenizer
@@ -145,10 +146,10 @@ def test_score_to_midi_pickup_ties_meters():
     part.append([pickup, bar1, bar2])
     score = stream.Score([part])
 
-    midi = m21.score_to_midi(score)
+    midi = score_midi.score_to_midi(score)
     notes = [(n.pitch, n.start, n.end) for n in midi.instruments[0].notes]
-    q = m21.TICKS_PER_QUARTER
+    q = score_midi.TICKS_PER_QUARTER
     assert notes == [(60, 2 * q, 3 * q), (62, 3 * q, 4 * q), (64, 4 * q, 7 * q)]  # pickup on beat 3, tie merged
     assert [(t.numerator, t.denominator, t.time) for t in midi.time_signature_changes] == [(3, 4, 0), (2, 4, 6 * q)]
     assert [(t.tempo, t.time) for t in midi.tempo_changes] == [(90.0, 0)]
-    assert all(n.velocity == m21.DEFAULT_VELOCITY for n in midi.instruments[0].notes)
+    assert all(n.velocity == score_midi.DEFAULT_VELOCITY for n in midi.instruments[0].notes)

@@ -201,11 +201,11 @@ def test_builder_skips_bad_files(tmp_path):
 def test_train_builds_pop1k7_from_the_release_root(tmp_path):
     import data
     from training.config import RunConfig
-    from apps.train import build_corpus
+    from training.trainer import prepare_corpus
 
     write_release(tmp_path / "Pop1K7")
     settings = {"kind": "pop1k7", "root": str(tmp_path / "c"), "source": str(tmp_path / "Pop1K7")}
-    build_corpus(RunConfig.from_dict({"data": settings}), tmp_path / "c", data)
+    prepare_corpus(RunConfig.from_dict({"data": settings}).data)
     corpus = data.load_corpus(tmp_path / "c")
     assert corpus.summary["builder"] == "pop1k7" and corpus.summary["layout"] == "release root"
     assert sum(len(corpus.names(split)) for split in SPLITS) == len(SONGS)

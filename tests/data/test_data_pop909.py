@@ -10,7 +10,7 @@ from miditoolkit import Instrument, Note, TempoChange, TimeSignature
 
 import data
 from training.config import RunConfig
-from apps.train import build_corpus
+from training.trainer import prepare_corpus
 from data import SPLITS, build_pop909_corpus
 from data.pop909 import merge_tracks, pop909_files
 from remi import REMITokenizer
@@ -106,10 +106,10 @@ def test_merge_tracks_keeps_the_three_parts_only():
 def test_train_builds_the_pop909_kind(pop909_folder, tmp_path):
     settings = {"kind": "pop909", "root": str(tmp_path / "c"), "source": str(pop909_folder)}
     cfg = RunConfig.from_dict({"data": settings})
-    build_corpus(cfg, tmp_path / "c", data)
+    prepare_corpus(cfg.data)
     assert data.load_corpus(tmp_path / "c").summary["builder"] == "pop909"
     with pytest.raises(ValueError, match="set data.source"):
-        build_corpus(RunConfig.from_dict({"data": {"kind": "pop909"}}), tmp_path / "d", data)
+        prepare_corpus(RunConfig.from_dict({"data": {"kind": "pop909", "root": str(tmp_path / "d")}}).data)
 
 
 # POP909's own downbeat annotations (beat_midi.txt, third column, in the dataset repository; the shared

@@ -11,14 +11,14 @@ def tok():
 
 
 def _accept(tok, ids):
-    """Feed ids one by one; every one must be allowed, and allowed() must agree with is_valid()."""
+    """Feed ids one by one; every one must be allowed, and allowed() must agree with accepts()."""
     state = tok.constraint_state()
     for step, idx in enumerate(ids):
         mask = state.allowed()
         assert mask.shape == (794,) and mask.dtype == bool
         assert mask[idx], f"token {tok.vocab.token(idx)} refused at step {step}"
         if step % 50 == 0:
-            assert mask.tolist() == [state.is_valid(i) for i in range(794)]
+            assert mask.tolist() == [state.accepts(i) for i in range(794)]
         state.advance(idx)
     return state
 

@@ -1,13 +1,49 @@
 import json
+from fractions import Fraction
 
 import miditoolkit
+import numpy as np
 import pytest
 
-from tokenization import BaseTokenizer, TokenizationError, Vocab, load_midi
+from tokenization import BaseTokenizer, ConstraintState, TokenizationError, Vocab, load_midi
+
+
+class AnyPitchState(ConstraintState):
+    """The grammar of PitchTokenizer: any pitch token, any time."""
+
+    def __init__(self, size):
+        self.size, self.count = size, 0
+
+    def allowed(self):
+        return np.arange(self.size) >= 2
+
+    def accepts(self, token_id):
+        return 2 <= token_id < self.size
+
+    def advance(self, token_id):
+        if not self.accepts(token_id):
+            raise ValueError(f"token id {token_id} is not a pitch")
+        self.count += 1
+
+    def next_bar_time(self):
+        return Fraction(self.count)
 
 
 class PitchTokenizer(BaseTokenizer):
-    """A minimal format: one token per note, by pitch, in onset order."""
+    """A minimal format: one token per note, by pitch, in onset order (one note per beat, one beat per bar)."""
+
+    @property
+    def start_id(self):
+        return self.vocab["Pitch_60"]
+
+    def bar_starts(self, ids):
+        return list(range(len(ids)))
+
+    def transpose(self, ids, semitones):
+        return self.strings_to_ids(f"Pitch_{int(s[6:]) + semitones}" for s in self.tokens_to_strings(ids))
+
+    def constraint_state(self):
+        return AnyPitchState(self.vocab_size)
 
     def _build_vocab_tokens(self):
         return [f"Pitch_{p}" for p in range(128)]

@@ -120,3 +120,9 @@ def test_paper_settings():
 def test_missing_file():
     with pytest.raises(ValueError, match="not found"):
         load_config("no_such_config.yaml")
+
+
+def test_format_must_match_the_corpus_kind_before_anything_is_built(tmp_path):
+    with pytest.raises(ValueError, match=r"run\.yaml.*a trio corpus is tokenised in the groove format"):
+        load_config(write(tmp_path, {"data": {"kind": "trio", "format": "remi"}}))
+    assert load_config(write(tmp_path, {"data": {"kind": "trio", "format": "groove"}})).data.format == "groove"
