@@ -17,20 +17,17 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from apps.cli import OneLineParser, checkpoint_argument, run_app
-from generation.audio import AudioConfig, render_files
-from generation.outputs import AtomicOutputs
-from generation.pianoroll import roll_notes, save_pianoroll
-from generation.sampling import GenerationResult, SamplingConfig, generate_batch, seeded_generator
+from generation.audio import AudioConfig
+from generation.pieces import bar_stop, keep_bars, prompt_ids, start_ids, write_piece
+from generation.sampling import SamplingConfig, generate_batch, seeded_generator
 from model import resolve_device
+from tokenization import MIDI_SUFFIXES
 from training.checkpoint import load_model
-from tokenization import MIDI_SUFFIXES, BaseTokenizer
 
 logger = logging.getLogger(__name__)
-
-BAR_CHECK_EVERY = 16  # tokens between two checks of the --bars stop condition
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,83 +109,6 @@ def sample_paths(out: Path, count: int) -> list[Path]:
     if count == 1:
         return [out]
     return [out.with_name(f"{out.stem}_{i}{out.suffix}") for i in range(1, count + 1)]
-
-
-def start_ids(tokenizer: BaseTokenizer) -> list[int]:
-    """What an unprompted piece starts with: the format's start token (REMI: a bar line)."""
-    return [tokenizer.start_id]
-
-
-def prompt_ids(tokenizer: BaseTokenizer, path: str | Path, bars: int) -> list[int]:
-    """The ids of the first `bars` bars of a MIDI file (TokenizationError on a bad file)."""
-    ids = [int(i) for i in tokenizer.encode(Path(path))]
-    while ids and ids[-1] == tokenizer.eos_id:
-        ids.pop()
-    starts = tokenizer.bar_starts(ids)
-    if len(starts) > bars:
-        ids = ids[:starts[bars]]
-    else:
-        logger.info("prompt %s has %d bars (< %d): using all of it", path, len(starts), bars)
-    if not ids:
-        raise ValueError(f"{path}: the prompt has no tokens")
-    return ids
-
-
-def count_bars(tokenizer: BaseTokenizer, tokens: list[int], start: int) -> list[int]:
-    """Indices >= start where a bar starts."""
-    return [i for i in tokenizer.bar_starts(tokens) if i >= start]
-
-
-def bar_stop(tokenizer: BaseTokenizer, start: int, bars: int, every: int = BAR_CHECK_EVERY
-             ) -> Callable[[list[int]], bool]:
-    """Stop condition: more than `bars` bars begin at or after index `start` (checked every `every` tokens)."""
-    def stop(tokens: list[int]) -> bool:
-        return len(tokens) % every == 0 and len(count_bars(tokenizer, tokens, start)) > bars
-    return stop
-
-
-def keep_bars(tokenizer: BaseTokenizer, result: GenerationResult, start: int, bars: int) -> GenerationResult:
-    """The result cut just before bar number bars + 1 (counted from index `start`)."""
-    starts = count_bars(tokenizer, result.tokens, start)
-    if len(starts) <= bars:
-        if not result.stopped_at_eos:
-            logger.warning("the token budget ran out after %d of %d bars (raise --tokens)",
-                           len(starts), bars)
-        return result
-    cut = max(starts[bars], result.prompt_len)
-    return GenerationResult(tokens=result.tokens[:cut], prompt_len=result.prompt_len,
-                            stopped_at_eos=False, seconds=result.seconds, noise_length=result.noise_length)
-
-
-def write_midi(music: Any, path: Path) -> None:
-    """A decoded piece (miditoolkit.MidiFile or muspy.Music) as a MIDI file."""
-    if hasattr(music, "dump"):
-        music.dump(str(path))
-    elif hasattr(music, "write_midi"):
-        music.write_midi(str(path))
-    else:
-        raise TypeError(f"cannot write a {type(music).__name__} as MIDI")
-
-
-def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, audio: AudioConfig | None = None
-                ) -> None:
-    """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them."""
-    report = tokenizer.decode_with_report(result.tokens)
-    if report.skipped:
-        logger.warning("%d invalid events were skipped while decoding", report.skipped)
-    prompt_notes = roll_notes(tokenizer.decode(result.tokens[:result.prompt_len]))
-    prompt_end = max((n.end for n in prompt_notes), default=None)
-    title = (f"{out.stem}: {len(result.generated)} tokens after a {result.prompt_len}-token prompt"
-             + (" (EOS)" if result.stopped_at_eos else ""))
-    with AtomicOutputs() as outputs:
-        midi_path = outputs.temp(out)
-        write_midi(report.music, midi_path)
-        text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
-        outputs.temp(out.with_suffix(".txt")).write_text(text)
-        save_pianoroll(report.music, outputs.temp(out.with_suffix(".png")), title, prompt_end)
-        if audio is not None:
-            render_files(midi_path, outputs.temp(out.with_suffix(".wav")),
-                         outputs.temp(out.with_suffix(".ogg")), audio)
 
 
 if __name__ == "__main__":

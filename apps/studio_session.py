@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import torch
 
-from apps.generate import bar_stop, start_ids, write_piece
 from generation.audio import AudioConfig
+from generation.pieces import bar_stop, start_ids, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, seeded_generator
 from groove import GrooveTokenizer
 from tokenization import BaseTokenizer

@@ -1,7 +1,7 @@
 """Does SPE extrapolate beyond the trained length? The paper's Fig. 3 / Table 6 / Fig. 5 at CPU scale.
 
-    python bench/extrapolation.py                       # the whole study, results into bench/results/
-    python bench/extrapolation.py --steps 300 --seeds 0 --jobs 2 --skip-groove   # a quicker look
+    python -m bench.extrapolation                       # the whole study, results into bench/results/
+    python -m bench.extrapolation --steps 300 --seeds 0 --jobs 2 --skip-groove   # a quicker look
 
 Part 1 (pop-piano style, REMI, default music21 corpus): trains, with the same budget, data order and
 seed, small Performers (configs/demo.yaml: 4 layers, d_model 256, crops of 256 tokens) that differ only

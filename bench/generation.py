@@ -11,8 +11,8 @@ Reported, as means over windows of 128 steps (so that the SPE code evaluated onc
 
 Both use the same number of threads (default 1).
 
-    .venv/bin/python bench/generation.py
-    .venv/bin/python bench/generation.py --pe conv_spe --tokens 3072 --layers 24 --d-model 512
+    .venv/bin/python -m bench.generation
+    .venv/bin/python -m bench.generation --pe conv_spe --tokens 3072 --layers 24 --d-model 512
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ tokens; a linear-complexity model should cost the same per token at every N. A m
 softmax transformer (same blocks, PyTorch's scaled_dot_product_attention, sinusoidal APE) is
 measured alongside for contrast. Every (model, N) runs in a fresh subprocess.
 
-    .venv/bin/python bench/length_scaling.py
-    .venv/bin/python bench/length_scaling.py --lengths 1024 4096 16384 --pe ape --skip-softmax
+    .venv/bin/python -m bench.length_scaling
+    .venv/bin/python -m bench.length_scaling --lengths 1024 4096 16384 --pe ape --skip-softmax
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bench.timing import VOCAB, run_isolated, time_training
 from model import ModelConfig, MusicPerformer, token_loss
 from model.positional import sinusoids
-from spe_overhead import VOCAB, run_isolated, time_training
 
 
 class SoftmaxBlock(nn.Module):
@@ -106,7 +106,7 @@ def main() -> None:
             spec = {"model": key[0], "length": key[1], "pe": args.pe, "layers": args.layers,
                     "d_model": args.d_model, "tokens": args.tokens, "steps": args.steps,
                     "attention": args.attention}
-            results[key].append(run_isolated(__file__, spec))
+            results[key].append(run_isolated(__spec__.name, spec))
     print(f"{args.layers} layers, d_model {args.d_model}, {args.tokens} tokens per batch, performer "
           f"pe {args.pe} attention {args.attention}, {torch.get_num_threads()} threads, medians of "
           f"{args.repeats} processes x {args.steps} steps")

@@ -15,7 +15,7 @@ sub-beats, one Bar per bar). References:
 Prints the share of songs within 5% of each reference, the meters used, and the worst songs; writes
 ``--out`` (JSON, one entry per song) and ``--plot`` (bars against the references) when given.
 
-    python bench/pop909_bars.py ../shared/data/pop909 --plot bench/results/pop909_bars.png
+    python -m bench.pop909_bars ../shared/data/pop909 --plot bench/results/pop909_bars.png
 """
 
 from __future__ import annotations

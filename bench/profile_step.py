@@ -1,7 +1,7 @@
 """torch.profiler summary of one training step (forward, backward, Adam): where the time goes.
 
-    .venv/bin/python bench/profile_step.py --pe sine_spe
-    .venv/bin/python bench/profile_step.py --pe ape --layers 6 --d-model 512 --batch 4 --length 1024
+    .venv/bin/python -m bench.profile_step --pe sine_spe
+    .venv/bin/python -m bench.profile_step --pe ape --layers 6 --d-model 512 --batch 4 --length 1024
 
 Prints the operators with the most self CPU time (after one warm-up step), and the step's total.
 """

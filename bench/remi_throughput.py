@@ -7,8 +7,8 @@ once with its other defaults (time signatures, no tempo or chord tokens) and onc
 (pitches 22..107, 24 velocities, tempo, chord and time-signature tokens). A last row times ours on
 files already parsed by miditoolkit, i.e. the tokenizer without MIDI parsing.
 
-    .venv/bin/python bench/remi_throughput.py                 # ~40 Bach chorales from music21
-    .venv/bin/python bench/remi_throughput.py --folder my_midis --repeats 5
+    .venv/bin/python -m bench.remi_throughput                 # ~40 Bach chorales from music21
+    .venv/bin/python -m bench.remi_throughput --folder my_midis --repeats 5
 
 Default data: the first ``--count`` Bach chorales bundled with music21, written as MIDI into a
 temporary folder (music21 writes 10080 ticks per beat, so ours also rescales).

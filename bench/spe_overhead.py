@@ -4,8 +4,8 @@ Each variant runs in a fresh subprocess (so that ru_maxrss is its own peak); the
 interleaved and repeated, and medians are reported. Default setting: 6 layers, d_model 256,
 8 heads, d_ff 1024, N = 2048 tokens, batch 2, R = 64, M = 128, gated SPE shared across layers.
 
-    .venv/bin/python bench/spe_overhead.py
-    .venv/bin/python bench/spe_overhead.py --repeats 5 --steps 3 --attention torch
+    .venv/bin/python -m bench.spe_overhead
+    .venv/bin/python -m bench.spe_overhead --repeats 5 --steps 3 --attention torch
 
 Printed: per variant the median step time, peak RSS and peak RSS above the process' baseline
 (RSS after building the model and data, before the first step), then the SPE / APE ratios.
@@ -15,57 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
-import subprocess
-import sys
-import time
 
 import torch
 
+from bench.timing import VOCAB, run_isolated, time_training
 from model import ModelConfig, MusicPerformer
 
-VOCAB = 340  # about the REMI vocabulary
 VARIANTS = ("ape", "sine_spe", "conv_spe")
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> dict[str, float]:
-    """Median wall and CPU seconds of a training step on `tokens` (B, N + 1) after one warm-up
-    step, and peak memory. CPU time (all threads of this process) is less disturbed than wall
-    time by other processes sharing the cores."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    baseline = peak_rss_mb()
-
-    def train_step() -> None:
-        _, loss = model(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    train_step()
-    wall, cpu = [], []
-    for _ in range(steps):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        train_step()
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    peak = peak_rss_mb()
-    return {"seconds": statistics.median(wall), "cpu_seconds": statistics.median(cpu),
-            "peak_mb": peak, "extra_mb": peak - baseline}
-
-
-def run_isolated(script: str, spec: dict) -> dict:
-    """Run `script --worker JSON` in a fresh interpreter and parse the JSON it prints last."""
-    result = subprocess.run([sys.executable, script, "--worker", json.dumps(spec)],
-                            capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"worker {spec} failed:\n{result.stderr}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def worker(spec: dict) -> dict:
@@ -107,7 +64,7 @@ def main() -> None:
             spec = {"pe": pe, "layers": args.layers, "d_model": args.d_model, "length": args.length,
                     "batch": args.batch, "steps": args.steps, "attention": args.attention,
                     "contraction": args.contraction}
-            runs[pe].append(run_isolated(__file__, spec))
+            runs[pe].append(run_isolated(__spec__.name, spec))
     medians = {pe: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                for pe, rs in runs.items()}
     print(f"{args.layers} layers, d_model {args.d_model}, N {args.length}, batch {args.batch}, "

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
-from apps.generate import start_ids, write_midi
+from generation.pieces import start_ids, write_midi
 from evaluation.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
 from generation.sampling import SamplingConfig, generate
 from tokenization import BaseTokenizer, TokenizationError, midi_files

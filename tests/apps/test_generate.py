@@ -175,12 +175,12 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
 
 
 def test_failure_while_writing_leaves_no_partial_files(remi_run, tmp_path, capsys, monkeypatch):
-    import apps.generate
+    import generation.pieces
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(apps.generate, "save_pianoroll", broken)
+    monkeypatch.setattr(generation.pieces, "save_pianoroll", broken)
     out = tmp_path / "out" / "song.mid"
     assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]) == 1
     assert "disk full" in assert_one_error_line(capsys)

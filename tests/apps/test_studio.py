@@ -9,7 +9,7 @@ import pytest
 
 from generation.audio import read_wav
 from training.checkpoint import PRETRAINED
-from apps.generate import count_bars
+from generation.pieces import count_bars
 from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, Request, StudioError, StudioSession, check_upload,
                                  model_choices)
 from groove import GrooveTokenizer

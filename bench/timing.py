@@ -1,0 +1,62 @@
+"""What the benchmarks share: fresh-process workers, the timed training step and peak memory.
+
+Run the benchmarks as modules from the repository root (`python -m bench.spe_overhead`), so that
+they import this one as `bench.timing`.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+VOCAB = 340  # about the REMI vocabulary
+REPO = Path(__file__).resolve().parent.parent  # the repository root (workers run from there)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> dict[str, float]:
+    """Median wall and CPU seconds of a training step on `tokens` (B, N + 1) after one warm-up
+    step, and peak memory. CPU time (all threads of this process) is less disturbed than wall
+    time by other processes sharing the cores."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    baseline = peak_rss_mb()
+
+    def train_step() -> None:
+        _, loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    train_step()
+    wall, cpu = [], []
+    for _ in range(steps):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        train_step()
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    peak = peak_rss_mb()
+    return {"seconds": statistics.median(wall), "cpu_seconds": statistics.median(cpu),
+            "peak_mb": peak, "extra_mb": peak - baseline}
+
+
+def run_isolated(module: str, spec: dict) -> dict:
+    """Run `python -m module --worker JSON` in a fresh interpreter (from the repository root) and
+    parse the JSON it prints last."""
+    result = subprocess.run([sys.executable, "-m", module, "--worker", json.dumps(spec)], cwd=REPO,
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"worker {spec} failed:\n{result.stderr}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
