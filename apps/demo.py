@@ -8,17 +8,17 @@ command can be repeated to sample new pieces with other seeds.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
 from apps import generate, train
+from apps.cli import OneLineParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spe-demo", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="spe-demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/demo", help="run directory (default: %(default)s)")
     parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: the config's)")
     parser.add_argument("--tokens", type=int, default=768, help="tokens to generate (default: %(default)s)")
