@@ -2,6 +2,7 @@
 
     python -m bench.extrapolation                       # the whole study, results into bench/results/
     python -m bench.extrapolation --steps 300 --seeds 0 --jobs 2 --skip-groove   # a quicker look
+    python -m bench.extrapolation --pop909 ../shared/data/pop909 --steps 800 --seeds 0 1   # on POP909
 
 Part 1 (pop-piano style, REMI, default music21 corpus): trains, with the same budget, data order and
 seed, small Performers (configs/demo.yaml: 4 layers, d_model 256, crops of 256 tokens) that differ only
@@ -11,6 +12,12 @@ on held-out pieces up to 4x the trained length and writes, into --results:
 extrapolation.csv (model, position, mean NLL, count), extrapolation.png (the curves) and
 extrapolation.md (mean NLL within / beyond the trained length and their ratio, with the spread over
 seeds).
+
+With --pop909 FOLDER, part 1 runs on POP909 instead (songs split by song, REMI with TimeSig
+tokens), APE against gated sineSPE only, and the NLL is averaged over the held-out test songs that
+all reach 4x the trained length (`spe-evaluate nll --full-length`), so every position bin averages the
+same songs; results go to extrapolation_pop909.{csv,png,md}, with the NLL at 1x, 1-2x and 2-4x the
+trained length. Part 2 is then skipped.
 
 Part 2 (groove continuation): APE, gated sineSPE and gated convSPE on the offline trio corpus of
 `groove.trio` (Bach chorales arranged for bass, synthetic drums and one accompaniment track), then
@@ -53,6 +60,7 @@ REMI_VARIANTS = {
     "RoPE": ["model.pe=rope"],
 }
 GROOVE_VARIANTS = {k: REMI_VARIANTS[k] for k in ("APE", "sineSPE gated", "convSPE gated")}
+POP_VARIANTS = {k: REMI_VARIANTS[k] for k in ("APE", "sineSPE gated")}
 GROOVE_DATA = ["data.kind=trio", "data.root=corpus/trio", "data.format=groove", "data.transpose=5",
                "data.max_pieces=200", "model.num_sines=8", "train.redraw_prob=0.0",
                "train.redraw_every=40", "generate.temperature=0.6", "generate.top_p=1.0"]
@@ -135,24 +143,39 @@ def spread_table(rows: list[dict], keys: list[str], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pop909_data(source: Path) -> list[str]:
+    """Config overrides that train on POP909 (corpus built once in runs/, beside the study's runs)."""
+    return ["data.kind=pop909", f"data.source={source.resolve()}", "data.time_signatures=true",
+            f"data.root={(REPO / 'corpus' / 'pop909').resolve()}"]
+
+
 def remi_study(args: argparse.Namespace) -> None:
-    runs = [Run(label, seed, overrides, args.out / "remi" / f"{slug(label)}_s{seed}")
-            for seed in args.seeds for label, overrides in REMI_VARIANTS.items() if label in args.models]
+    pop = args.pop909 is not None
+    variants, data, name = (POP_VARIANTS, pop909_data(args.pop909), "pop909") if pop \
+        else (REMI_VARIANTS, [], "remi")
+    runs = [Run(label, seed, overrides + data, args.out / name / f"{slug(label)}_s{seed}")
+            for seed in args.seeds for label, overrides in variants.items() if label in args.models]
     train_all(runs, args.steps, args.jobs)
-    eval_dir = args.out / "remi" / "eval"
+    eval_dir = args.out / name / "eval"
     evaluate("nll", runs, eval_dir, ["--max-len", str(args.max_len), "--split", "test"]
+             + (["--full-length"] if pop else [])
              + (["--max-pieces", str(args.max_pieces)] if args.max_pieces else []))
-    shutil.copyfile(eval_dir / "nll.csv", args.results / "extrapolation.csv")
-    shutil.copyfile(eval_dir / "nll.png", args.results / "extrapolation.png")
+    stem = "extrapolation_pop909" if pop else "extrapolation"
+    shutil.copyfile(eval_dir / "nll.csv", args.results / f"{stem}.csv")
+    shutil.copyfile(eval_dir / "nll.png", args.results / f"{stem}.png")
     summaries = json.loads((eval_dir / "nll_summary.json").read_text())
     rows = []
     for run, summary in zip(runs, summaries):
         rows.append({"label": run.label, "seed": run.seed, **summary})
-    keys = [k for k in ("nll_within", "nll_beyond", "ratio") if k in summaries[0]]
+    keys = [k for k in ("nll_within", "nll_beyond", "ratio", "nll_1_2x", "nll_2_4x")
+            if summaries[0].get(k) is not None]
     table = spread_table(rows, keys, "positional encoding")
-    note = (f"Trained {args.steps} steps on crops of 256 tokens (configs/demo.yaml); NLL on held-out pieces"
-            f" up to {args.max_len} tokens; seeds {', '.join(map(str, args.seeds))}.\n\n")
-    (args.results / "extrapolation.md").write_text(note + table)
+    pieces = {s["pieces"] for s in summaries if "pieces" in s}
+    held_out = (f"the {pieces.pop()} held-out test songs that all reach {args.max_len} tokens" if pop and pieces
+                else f"held-out pieces up to {args.max_len} tokens")
+    note = (f"Trained {args.steps} steps on crops of 256 tokens (configs/demo.yaml"
+            + (", POP909" if pop else "") + f"); NLL on {held_out}; seeds {', '.join(map(str, args.seeds))}.\n\n")
+    (args.results / f"{stem}.md").write_text(note + table)
     print(note + table)
 
 
@@ -183,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groove-pieces", type=int, default=12, help="held-out pieces prompted (groove)")
     parser.add_argument("--skip-groove", action="store_true", help="only the REMI extrapolation study")
     parser.add_argument("--skip-remi", action="store_true", help="only the groove continuation study")
+    parser.add_argument("--pop909", type=Path, default=None, metavar="FOLDER",
+                        help="run part 1 on the POP909 songs of FOLDER (APE vs gated sineSPE), skip part 2")
     parser.add_argument("--out", type=Path, default=Path("runs/extrapolation"), help="run directories")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results", help="tracked results")
     args = parser.parse_args(argv)
@@ -192,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     if not args.skip_remi:
         remi_study(args)
-    if not args.skip_groove:
+    if not args.skip_groove and args.pop909 is None:
         groove_study(args)
     logger.info("study finished in %.0f min", (time.perf_counter() - start) / 60)
     return 0

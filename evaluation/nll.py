@@ -50,7 +50,8 @@ class NLLCurve:
         within_tokens, beyond_tokens = int(self.counts[:cut].sum()), int(self.counts[cut:].sum())
         within = float(self.sums[:cut].sum() / within_tokens) if within_tokens else math.nan
         beyond = float(self.sums[cut:].sum() / beyond_tokens) if beyond_tokens else math.nan
-        return {"model": self.label, "trained_len": self.trained_len, "nll_within": within,
+        return {"model": self.label, "trained_len": self.trained_len, "pieces": int(self.counts[0]),
+                "nll_within": within,
                 "nll_beyond": beyond,
                 "ratio": beyond / within if within_tokens and beyond_tokens else math.nan,
                 "tokens_within": within_tokens, "tokens_beyond": beyond_tokens,
