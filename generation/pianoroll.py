@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Union
 
 import matplotlib
+import miditoolkit
+import muspy
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.patches import Rectangle  # noqa: E402
+
+
+Music = Union[miditoolkit.MidiFile, muspy.Music]  # what the token formats decode to (REMI, groove)
 
 
 @dataclass
@@ -26,14 +31,14 @@ class RollNote:
     velocity: int  # MIDI velocity 0..127
 
 
-def roll_notes(music: Any) -> list[RollNote]:
+def roll_notes(music: Music) -> list[RollNote]:
     """The notes of a miditoolkit.MidiFile or muspy.Music, times in beats."""
-    if hasattr(music, "instruments") and hasattr(music, "ticks_per_beat"):  # miditoolkit
+    if isinstance(music, miditoolkit.MidiFile):
         per_beat = float(music.ticks_per_beat)
         return [RollNote(_label(inst.name, inst.program, inst.is_drum), n.start / per_beat,
                          n.end / per_beat, n.pitch, n.velocity)
                 for inst in music.instruments for n in inst.notes]
-    if hasattr(music, "tracks") and hasattr(music, "resolution"):  # muspy
+    if isinstance(music, muspy.Music):
         per_beat = float(music.resolution)
         return [RollNote(_label(track.name, track.program, track.is_drum), n.time / per_beat,
                          (n.time + n.duration) / per_beat, n.pitch,
@@ -46,7 +51,7 @@ def _label(name: str | None, program: int, is_drum: bool) -> str:
     return name or ("drums" if is_drum else f"program {program}")
 
 
-def save_pianoroll(music: Any, path: str | Path, title: str = "",
+def save_pianoroll(music: Music, path: str | Path, title: str = "",
                    prompt_end_beat: float | None = None) -> None:
     """Draw the piece's notes as a piano roll into an image file (format from the suffix)."""
     notes = roll_notes(music)

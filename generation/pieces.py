@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+import miditoolkit
+import muspy
 
 from generation.audio import AudioConfig, render_files
 from generation.outputs import AtomicOutputs
-from generation.pianoroll import roll_notes, save_pianoroll
+from generation.pianoroll import Music, roll_notes, save_pianoroll
 from generation.sampling import GenerationResult
 from tokenization import BaseTokenizer
 
@@ -64,11 +67,11 @@ def keep_bars(tokenizer: BaseTokenizer, result: GenerationResult, start: int, ba
                             stopped_at_eos=False, seconds=result.seconds, noise_length=result.noise_length)
 
 
-def write_midi(music: Any, path: Path) -> None:
+def write_midi(music: Music, path: Path) -> None:
     """A decoded piece (miditoolkit.MidiFile or muspy.Music) as a MIDI file."""
-    if hasattr(music, "dump"):
+    if isinstance(music, miditoolkit.MidiFile):
         music.dump(str(path))
-    elif hasattr(music, "write_midi"):
+    elif isinstance(music, muspy.Music):
         music.write_midi(str(path))
     else:
         raise TypeError(f"cannot write a {type(music).__name__} as MIDI")
