@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from apps.cli import OneLineParser, checkpoint_argument, run_app
 from model import resolve_device
 from training.checkpoint import load_model
-from tokenization import BaseTokenizer
+from tokenization import BaseTokenizer, format_of
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def run_quality(args: argparse.Namespace) -> None:
     models = load_models(args)
     first = models[0][1]
     for label, ckpt in models:
-        if type(ckpt.tokenizer).__name__ != "REMITokenizer":
+        if format_of(ckpt.tokenizer) != "remi":
             raise ValueError(f"quality evaluation needs a REMI checkpoint; {label} uses "
                              f"{type(ckpt.tokenizer).__name__} (see `spe-evaluate groove`)")
         if ckpt.tokenizer.vocab.tokens != first.tokenizer.vocab.tokens:
