@@ -1,4 +1,5 @@
-"""Command-line plumbing shared by every command (spe-train, spe-generate, spe-evaluate, spe-studio).
+"""Command-line plumbing shared by every command (spe-train, spe-generate, spe-evaluate, spe-studio,
+spe-export).
 
 Exit statuses, the same for every command:
 - 0: done;

@@ -120,8 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_app("spe-evaluate", lambda: COMMANDS[args.command](args))
 
 
-def load_models(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """(label, Checkpoint) for every --checkpoint (the shipped model when none is given)."""
+def load_models(args: argparse.Namespace, token_format: str | None = None,
+                comparable: bool = False) -> list[tuple[str, Any]]:
+    """(label, Checkpoint) for every --checkpoint (the shipped model when none is given); with
+    `token_format`, every model must use it; `comparable`: all must share the first one's vocabulary."""
     paths = args.checkpoint or [None]
     if args.label is not None and len(args.label) != len(paths):
         raise ValueError(f"--label given {len(args.label)} times for {len(paths)} checkpoints")
@@ -135,6 +137,12 @@ def load_models(args: argparse.Namespace) -> list[tuple[str, Any]]:
     labels = args.label or [default_label(ckpt.path) for ckpt in models]
     if len(set(labels)) != len(labels):
         labels = [f"{i}_{label}" for i, label in enumerate(labels)]
+    for label, ckpt in zip(labels, models):
+        if token_format is not None and format_of(ckpt.tokenizer) != token_format:
+            raise ValueError(f"spe-evaluate {args.command} needs {token_format} checkpoints; {label} uses "
+                             f"{type(ckpt.tokenizer).__name__}")
+        if comparable and ckpt.tokenizer.vocab.tokens != models[0].tokenizer.vocab.tokens:
+            raise ValueError(f"{label} uses another vocabulary than {labels[0]}: its numbers are not comparable")
     return list(zip(labels, models))
 
 
@@ -177,10 +185,7 @@ def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0) ->
 def run_nll(args: argparse.Namespace) -> None:
     from evaluation.nll import evaluate_nll, write_nll_outputs
 
-    models = load_models(args)
-    for label, ckpt in models[1:]:
-        if ckpt.tokenizer.vocab.tokens != models[0][1].tokenizer.vocab.tokens:
-            raise ValueError(f"{label} uses another vocabulary than {models[0][0]}: NLLs are not comparable")
+    models = load_models(args, comparable=True)
     max_len = args.max_len or 2 * max(ckpt.config.data.crop_len for _, ckpt in models)
     pieces, _ = held_out_pieces(args, models[0][1], min_tokens=max_len + 1 if args.full_length else 0)
     curves = evaluate_nll(models, pieces, max_len, args.seed, progress=not args.no_progress)
@@ -188,17 +193,17 @@ def run_nll(args: argparse.Namespace) -> None:
 
 
 def run_groove(args: argparse.Namespace) -> None:
-    from evaluation.groove import evaluate_groove, write_groove_outputs
+    from evaluation.groove import GrooveOptions, evaluate_groove, write_groove_outputs
+    from generation.sampling import SamplingConfig
 
-    models = load_models(args)
-    for label, ckpt in models:
-        if type(ckpt.tokenizer).__name__ != "GrooveTokenizer":
-            raise ValueError(f"groove evaluation needs a groove checkpoint; {label} uses "
-                             f"{type(ckpt.tokenizer).__name__}")
+    models = load_models(args, token_format="groove")
     pieces, names = held_out_pieces(args, models[0][1])
+    options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed,
+                            sampling=SamplingConfig(top_p=args.top_p, temperature=args.temperature),
+                            progress=not args.no_progress)
     rows = []
     for label, ckpt in models:
-        rows += evaluate_groove(label, ckpt, pieces, names, args)
+        rows += evaluate_groove(label, ckpt, pieces, names, options)
     print(write_groove_outputs(rows, Path(args.out)), end="")
 
 
@@ -238,14 +243,8 @@ def run_quality(args: argparse.Namespace) -> None:
                                    real_pieces_from_ids)
     from generation.sampling import SamplingConfig
 
-    models = load_models(args)
+    models = load_models(args, token_format="remi", comparable=True)
     first = models[0][1]
-    for label, ckpt in models:
-        if format_of(ckpt.tokenizer) != "remi":
-            raise ValueError(f"quality evaluation needs a REMI checkpoint; {label} uses "
-                             f"{type(ckpt.tokenizer).__name__} (see `spe-evaluate groove`)")
-        if ckpt.tokenizer.vocab.tokens != first.tokenizer.vocab.tokens:
-            raise ValueError(f"{label} uses another vocabulary than {models[0][0]}")
     if args.real is not None:
         real = real_pieces_from_folder(Path(args.real), first.tokenizer, args.real_pieces, args.seed,
                                        not args.no_progress)

@@ -24,6 +24,7 @@ from apps.cli import OneLineParser, run_app
 from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, Request, StudioError,
                                  StudioSession, View, model_choices)
 from model import DEVICE_NAMES, resolve_device
+from tokenization import MIDI_SUFFIXES
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                 model = gr.Dropdown(choices=choices, value=choices[0] if choices else None,
                                     allow_custom_value=True, label="Model (shipped, or a run directory)")
                 prompt = gr.File(label=f"MIDI prompt (optional, up to {MAX_UPLOAD_BYTES // 2**20} MiB)",
-                                 file_types=[".mid", ".midi"], type="filepath", height=110, elem_id="prompt")
+                                 file_types=list(MIDI_SUFFIXES), type="filepath", height=110, elem_id="prompt")
                 prompt_bars = gr.Slider(1, 32, value=4, step=1, label="Prompt bars kept", elem_id="prompt_bars")
                 with gr.Row():
                     length = gr.Number(value=4, precision=0, label="Length", elem_id="length")

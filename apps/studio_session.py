@@ -24,10 +24,9 @@ from typing import Any, Callable
 import torch
 
 from generation.audio import AudioConfig
-from generation.pieces import bar_stop, start_ids, write_piece
+from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, seeded_generator
-from groove import GrooveTokenizer
-from tokenization import BaseTokenizer
+from tokenization import BaseTokenizer, format_of
 from training.checkpoint import PRETRAINED, load_model
 
 logger = logging.getLogger(__name__)
@@ -211,16 +210,13 @@ class StudioSession:
         if bars < 1:
             raise StudioError(f"prompt bars must be >= 1, got {bars}")
         try:
-            ids = [int(i) for i in tokenizer.encode(path)]
+            ids = piece_ids(tokenizer, path)
         except (ValueError, OSError) as error:  # TokenizationError is a ValueError
             raise StudioError(f"cannot read {path.name} as a prompt: {error}") from None
-        while ids and ids[-1] == tokenizer.eos_id:
-            ids.pop()
-        starts = tokenizer.bar_starts(ids)
-        prompt = ids[:starts[bars]] if len(starts) > bars else ids
+        prompt = first_bars(tokenizer, ids, bars) or ids
         if len(prompt) < 2:
             raise StudioError(f"{path.name} has no notes to start from")
-        return prompt, (ids if isinstance(tokenizer, GrooveTokenizer) else None)
+        return prompt, (ids if format_of(tokenizer) == "groove" else None)
 
     @staticmethod
     def _budget(length: int, unit: str) -> int:

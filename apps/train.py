@@ -26,12 +26,13 @@ from pathlib import Path
 import torch.distributed as dist
 
 from apps.cli import OneLineParser, run_app
+from data.build import prepare_corpus
 from model import resolve_device
 from training import finetune
 from training.checkpoint import list_checkpoints, read_meta, resolve_checkpoint
 from training.config import RunConfig, apply_overrides, load_config
 from training.distributed import DistEnv
-from training.trainer import Trainer, TrainingDiverged, prepare_corpus
+from training.trainer import Trainer, TrainingDiverged
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     if dist_env.world > 1:
         dist_env.init(device)
-    corpus = prepare_corpus(cfg.data, dist_env)
+    corpus = prepare_corpus(cfg.data, is_main=dist_env.rank == 0, barrier=dist_env.barrier)
     if source is not None and resume_from is None:
         finetune.check_vocabulary(source, corpus.tokenizer)
     trainer = Trainer(cfg, corpus, out, dist_env)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.config import load_config
-from training.trainer import prepare_corpus
+from data.build import prepare_corpus
 
 logger = logging.getLogger("extrapolation")
 

@@ -23,9 +23,9 @@ import time
 
 import torch
 
+from bench.timing import VOCAB
 from model import ModelConfig, MusicPerformer
 
-VOCAB = 340  # about the REMI vocabulary
 WINDOW = 128  # steps per timing window (a whole block of SPE code evaluation: model.positional.CODE_BLOCK)
 
 

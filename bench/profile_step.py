@@ -13,9 +13,8 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from bench.timing import VOCAB, training_step
 from model import ModelConfig, MusicPerformer
-
-VOCAB = 340  # about the REMI vocabulary
 
 
 def main() -> None:
@@ -35,15 +34,7 @@ def main() -> None:
     model = MusicPerformer(cfg).train()
     if cfg.is_spe:
         model.pe.contraction = args.contraction
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    tokens = torch.randint(0, VOCAB, (args.batch, args.length + 1))
-
-    def step() -> None:
-        _, loss = model(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
+    step = training_step(model, torch.randint(0, VOCAB, (args.batch, args.length + 1)))
     step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -25,19 +26,24 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> dict[str, float]:
-    """Median wall and CPU seconds of a training step on `tokens` (B, N + 1) after one warm-up
-    step, and peak memory. CPU time (all threads of this process) is less disturbed than wall
-    time by other processes sharing the cores."""
+def training_step(model: torch.nn.Module, tokens: torch.Tensor) -> Callable[[], None]:
+    """One Adam step of `model` on `tokens` (B, N + 1), as a function (the optimizer is made here)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    baseline = peak_rss_mb()
 
-    def train_step() -> None:
+    def step() -> None:
         _, loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    return step
 
+
+def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> dict[str, float]:
+    """Median wall and CPU seconds of a training step on `tokens` (B, N + 1) after one warm-up
+    step, and peak memory. CPU time (all threads of this process) is less disturbed than wall
+    time by other processes sharing the cores."""
+    baseline = peak_rss_mb()
+    train_step = training_step(model, tokens)
     train_step()
     wall, cpu = [], []
     for _ in range(steps):

@@ -1,7 +1,7 @@
 """Corpus dispatch: build the corpus a run's data section names, and check a built one against it.
 
-    if not corpus_built(root):
-        build_corpus("pop909", root, source="../shared/data/pop909", time_signatures=True)
+    corpus = prepare_corpus(cfg.data)            # built on first use, then loaded and checked
+    build_corpus("pop909", root, source="../shared/data/pop909", time_signatures=True)
     corpus = load_checked_corpus("pop909", root, token_format="remi", time_signatures=True)
 """
 
@@ -9,16 +9,53 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Callable, Optional, Protocol
 
 from data.corpus import TokenCorpus, load_corpus
 from data.folders import build_groove_corpus, build_midi_folder_corpus
-from data.kinds import BUILDER_OF_KIND, FORMAT_OF_KIND, NEEDS_SOURCE, check_kind_format
+from data.kinds import BUILDER_OF_KIND, CORPUS_KINDS, FORMAT_OF_KIND, NEEDS_SOURCE
 from data.music21_corpus import build_default_corpus
 from data.pop1k7 import build_pop1k7_corpus
 from data.pop909 import build_pop909_corpus
-from tokenization import format_class, format_of
+from tokenization import BaseTokenizer, format_class, format_of
 
 logger = logging.getLogger(__name__)
+
+
+class DataSection(Protocol):
+    """What corpus dispatch reads of a run's data section (training.config.DataConfig)."""
+
+    kind: str  # corpus kind (data.kinds)
+    root: str  # folder of the tokenised corpus
+    source: Optional[str]  # folder of raw input, for the kinds in NEEDS_SOURCE
+    format: str  # token format (tokenization.registry)
+    time_signatures: bool  # tokenizer setting of the REMI format
+    max_pieces: Optional[int]  # default: chorales used; trio: pieces generated
+
+
+# data.kind -> its builder, called as (source, root, tokenizer or None for groove, max_pieces)
+Builder = Callable[[Optional[str], Path, Optional[BaseTokenizer], Optional[int]], object]
+BUILDERS: dict[str, Builder] = {
+    "default": lambda source, root, tok, limit: build_default_corpus(root, tok, max_chorales=limit),
+    "midi_folder": lambda source, root, tok, limit: build_midi_folder_corpus(source, root, tok),
+    "pop1k7": lambda source, root, tok, limit: build_pop1k7_corpus(source, root, tok),
+    "pop909": lambda source, root, tok, limit: build_pop909_corpus(source, root, tok),
+    "groove": lambda source, root, tok, limit: build_groove_corpus(source, root),
+    "trio": lambda source, root, tok, limit: build_groove_corpus(None, root, **({"trio_pieces": limit}
+                                                                               if limit else {})),
+}
+
+
+def prepare_corpus(data: DataSection, is_main: bool = True,
+                   barrier: Callable[[], None] | None = None) -> TokenCorpus:
+    """The corpus of a data section, built first (by the main process) when it is not there yet;
+    `barrier` makes the other processes of a distributed run wait for it."""
+    if is_main and not corpus_built(data.root):
+        build_corpus(data.kind, data.root, data.source, time_signatures=data.time_signatures,
+                     max_pieces=data.max_pieces)
+    if barrier is not None:
+        barrier()
+    return load_checked_corpus(data.kind, data.root, data.format, data.time_signatures)
 
 
 def corpus_built(root: str | Path) -> bool:
@@ -30,26 +67,15 @@ def build_corpus(kind: str, root: str | Path, source: str | None = None, *, time
                  max_pieces: int | None = None) -> None:
     """Tokenise the raw input of corpus `kind` into `root` (`source`: the raw folder, where needed)."""
     root = Path(root)
-    check_kind_format(kind, FORMAT_OF_KIND.get(kind, ""))
+    if kind not in BUILDERS:
+        raise ValueError(f"unknown corpus kind {kind!r} (known: {', '.join(CORPUS_KINDS)})")
     if kind in NEEDS_SOURCE and not source:
         raise ValueError(f"corpus {root} is not built yet: set data.source to the raw {kind} folder "
                          f"(--set data.source=PATH)")
     logger.info("building the %s corpus in %s", kind, root)
-    if kind == "trio":
-        build_groove_corpus(None, root, **({"trio_pieces": max_pieces} if max_pieces else {}))
-        return
-    if kind == "groove":
-        build_groove_corpus(source, root)
-        return
-    tokenizer = format_class("remi")(time_signatures=time_signatures)
-    if kind == "default":
-        build_default_corpus(root, tokenizer, max_chorales=max_pieces)
-    elif kind == "midi_folder":
-        build_midi_folder_corpus(source, root, tokenizer)
-    elif kind == "pop909":
-        build_pop909_corpus(source, root, tokenizer)
-    else:
-        build_pop1k7_corpus(source, root, tokenizer)
+    token_format = FORMAT_OF_KIND[kind]  # the groove builders make their own tokenizer (no settings)
+    tokenizer = format_class(token_format)(time_signatures=time_signatures) if token_format == "remi" else None
+    BUILDERS[kind](source, root, tokenizer, max_pieces)
 
 
 def load_checked_corpus(kind: str, root: str | Path, token_format: str, time_signatures: bool) -> TokenCorpus:
@@ -62,8 +88,8 @@ def load_checked_corpus(kind: str, root: str | Path, token_format: str, time_sig
     if format_of(corpus.tokenizer) != token_format:
         raise ValueError(f"corpus {root} uses {type(corpus.tokenizer).__name__}, but data.format is "
                          f"{token_format}")
-    saved = corpus.tokenizer.config().get("time_signatures")
-    if token_format == "remi" and saved != time_signatures:
+    saved = corpus.tokenizer.config().get("time_signatures", time_signatures)  # a REMI setting
+    if saved != time_signatures:
         raise ValueError(f"corpus {root} was built with time_signatures={saved}, but "
                          f"data.time_signatures is {time_signatures} (use another data.root)")
     return corpus

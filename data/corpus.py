@@ -268,6 +268,13 @@ def files_fingerprint(files: Iterable[Path], base: Path) -> str:
     return digest.hexdigest()
 
 
+def folder_settings(folder: Path, files: Iterable[Path], tokenizer: BaseTokenizer, **extra: Any) -> dict[str, Any]:
+    """The build settings of a corpus read from `folder`: the folder, a fingerprint of its `files`,
+    the builder's own `extra` settings and the tokenizer's (what `cached_corpus` compares)."""
+    return {"folder": str(folder.resolve()), "files": files_fingerprint(files, folder), **extra,
+            "tokenizer": tokenizer.settings()}
+
+
 def cached_corpus(root: str | Path, builder: str, settings: dict[str, Any]) -> TokenCorpus | None:
     """The corpus at ``root`` if it was built by ``builder`` with exactly these settings, else None."""
     path = Path(root) / "summary.json"

@@ -21,6 +21,7 @@ from data.corpus import (
     TokenCorpus,
     cached_corpus,
     files_fingerprint,
+    folder_settings,
     length_group,
     split_pieces,
     write_corpus,
@@ -64,13 +65,7 @@ def build_midi_folder_corpus(
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder")
     files = midi_files(folder)
-    settings = {
-        "folder": str(folder.resolve()),
-        "files": files_fingerprint(files, folder),
-        "heldout": heldout,
-        "max_piece_tokens": max_piece_tokens,
-        "tokenizer": tokenizer.settings(),
-    }
+    settings = folder_settings(folder, files, tokenizer, heldout=heldout, max_piece_tokens=max_piece_tokens)
     cached = cached_corpus(root, "midi_folder", settings)
     if cached is not None:
         return cached

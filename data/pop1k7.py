@@ -41,7 +41,7 @@ from data.corpus import (
     Skipped,
     TokenCorpus,
     cached_corpus,
-    files_fingerprint,
+    folder_settings,
     length_group,
     split_pieces,
     write_corpus,
@@ -271,13 +271,7 @@ def build_pop1k7_corpus(
     release = locate_release(folder)
     if not release.names():
         raise ValueError(f"{folder}: no Pop1K7 event pickles (*.pkl) or words (*.npy) found")
-    settings = {
-        "folder": str(folder.resolve()),
-        "layout": release.layout,
-        "files": files_fingerprint(release.files(), folder),
-        "heldout": heldout,
-        "tokenizer": tokenizer.settings(),
-    }
+    settings = folder_settings(folder, release.files(), tokenizer, layout=release.layout, heldout=heldout)
     cached = cached_corpus(root, BUILDER, settings)
     if cached is not None:
         return cached

@@ -32,7 +32,7 @@ from data.corpus import (
     Skipped,
     TokenCorpus,
     cached_corpus,
-    files_fingerprint,
+    folder_settings,
     length_group,
     split_pieces,
     truncate_at_bar,
@@ -110,13 +110,8 @@ def build_pop909_corpus(
     songs = pop909_files(folder)
     if not songs:
         raise ValueError(f"{folder}: no MIDI files (POP909's NNN/NNN.mid or NNN.mid)")
-    settings = {
-        "folder": str(folder.resolve()),
-        "files": files_fingerprint(songs.values(), folder),
-        "heldout": heldout,
-        "max_piece_tokens": max_piece_tokens,
-        "tokenizer": tokenizer.settings(),
-    }
+    settings = folder_settings(folder, songs.values(), tokenizer, heldout=heldout,
+                               max_piece_tokens=max_piece_tokens)
     cached = cached_corpus(root, BUILDER, settings)
     if cached is not None:
         return cached

@@ -8,10 +8,9 @@ and each quarter is compared with the whole reference piece by the two style sim
 
 from __future__ import annotations
 
-import argparse
 import csv
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -20,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
+from generation.pieces import first_bars, next_bar_time
 from generation.sampling import SamplingConfig, generate
 from tokenization import BaseTokenizer
 
@@ -35,22 +35,30 @@ class SimilarityRow:
     similarity: float  # cosine similarity of the quarter's style profile to the reference's
 
 
+@dataclass
+class GrooveOptions:
+    tokens: int = 1024  # length of each piece: prompt + continuation, in tokens
+    prompt_bars: int = 2  # bars of the held-out piece that prompt the continuation
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # nucleus / temperature
+    seed: int = 0  # seed of the positional noise and of sampling
+    progress: bool = True  # show a progress bar
+
+
 def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: Sequence[str],
-                    args: argparse.Namespace) -> list[SimilarityRow]:
+                    options: GrooveOptions) -> list[SimilarityRow]:
     """Similarity rows of one model over the held-out pieces (pieces too short are skipped)."""
-    tokenizer, model = ckpt.tokenizer, ckpt.model
-    sampling = SamplingConfig(top_p=args.top_p, temperature=args.temperature, constrained=True)
+    tokenizer, model, args = ckpt.tokenizer, ckpt.model, options
+    sampling = options.sampling
     generator = torch.Generator(device=model.head.weight.device).manual_seed(args.seed)
     rows = []
     for piece, name in tqdm(list(zip(pieces, names)), desc=f"continuing ({label})", unit="piece",
-                            disable=args.no_progress):
+                            disable=not args.progress):
         ids = [int(i) for i in piece]
-        starts = tokenizer.bar_starts(ids)
-        if len(starts) <= args.prompt_bars or starts[args.prompt_bars] >= args.tokens:
+        prompt = first_bars(tokenizer, ids, args.prompt_bars)
+        if prompt is None or len(prompt) >= args.tokens:
             logger.info("skipped %s: fewer than %d bars within %d tokens", name, args.prompt_bars + 1,
                         args.tokens)
             continue
-        prompt = ids[:starts[args.prompt_bars]]
         result = generate(model, tokenizer, prompt, args.tokens - len(prompt), sampling, generator)
         for metric, values in score_continuation(tokenizer, result.tokens, len(prompt), ids).items():
             rows += [SimilarityRow(label, name, metric, q + 1, float(v)) for q, v in enumerate(values)]
@@ -76,10 +84,7 @@ def score_continuation(tokenizer: BaseTokenizer, tokens: Sequence[int], prompt_l
 
 def prompt_end_tick(tokenizer: BaseTokenizer, prompt: Sequence[int], ticks_per_beat: int) -> int:
     """The tick where the bar after the prompt (cut at a bar start) begins, read from the grammar state."""
-    state = tokenizer.constraint_state()
-    for token in prompt:
-        state.advance(token)
-    return int(state.next_bar_time() * ticks_per_beat)
+    return int(next_bar_time(tokenizer, prompt) * ticks_per_beat)
 
 
 def summary_markdown(rows: Sequence[SimilarityRow]) -> str:

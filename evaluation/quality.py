@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
-from generation.pieces import start_ids, write_midi
+from generation.pieces import first_bars, piece_ids, next_bar_time, start_ids, strip_eos, write_midi
 from evaluation.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
 from generation.sampling import SamplingConfig, generate
 from tokenization import BaseTokenizer, TokenizationError, midi_files
@@ -87,7 +87,7 @@ def real_pieces_from_folder(folder: Path, tokenizer: BaseTokenizer, count: int, 
                       disable=not progress):
         path = files[index]
         try:
-            ids = drop_leading_silence(tokenizer, strip_eos(tokenizer.encode(path), tokenizer.eos_id))
+            ids = drop_leading_silence(tokenizer, piece_ids(tokenizer, path))
         except TokenizationError as error:
             logger.warning("skipped %s: %s", path, error)
             continue
@@ -126,26 +126,15 @@ def choose(total: int, count: int, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(total, size=count, replace=False).tolist())
 
 
-def strip_eos(ids: Sequence[int], eos: int) -> list[int]:
-    ids = [int(i) for i in ids]
-    while ids and ids[-1] == eos:
-        ids.pop()
-    return ids
-
-
 # ------------------------------------------------------------------------------ measuring
 def prompt_of(tokenizer: BaseTokenizer, piece: RealPiece, bars: int) -> list[int] | None:
     """The ids of the first `bars` bars of a piece (None when it has no bar after them)."""
-    starts = tokenizer.bar_starts(piece.ids)
-    return piece.ids[:starts[bars]] if len(starts) > bars else None
+    return first_bars(tokenizer, piece.ids, bars)
 
 
 def continuation_start(tokenizer: BaseTokenizer, prompt: Sequence[int]) -> int:
     """Sub-beat (of the metrics' grid) of the first bar line after the prompt (from the grammar state)."""
-    state = tokenizer.constraint_state()
-    for token in prompt:
-        state.advance(token)
-    return round(state.next_bar_time() * SUB_BEATS_PER_QUARTER)
+    return round(next_bar_time(tokenizer, prompt) * SUB_BEATS_PER_QUARTER)
 
 
 def measure(tokenizer: BaseTokenizer, ids: Sequence[int], cut: int | None = None) -> dict[str, float]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import miditoolkit
+import muspy
 import numpy as np
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def as_midi(piece: Any) -> miditoolkit.MidiFile:
             return miditoolkit.MidiFile(str(piece))
         except (OSError, ValueError, EOFError, KeyError, IndexError) as error:
             raise ValueError(f"{piece}: not a readable MIDI file ({error})") from None
-    if hasattr(piece, "tracks") and hasattr(piece, "resolution"):  # muspy.Music
+    if isinstance(piece, muspy.Music):
         midi = miditoolkit.MidiFile(ticks_per_beat=piece.resolution or 24)
         midi.tempo_changes = [miditoolkit.TempoChange(float(t.qpm), int(t.time)) for t in piece.tempos]
         for track in piece.tracks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import miditoolkit
 import muspy
@@ -26,19 +26,44 @@ def start_ids(tokenizer: BaseTokenizer) -> list[int]:
     return [tokenizer.start_id]
 
 
-def prompt_ids(tokenizer: BaseTokenizer, path: str | Path, bars: int) -> list[int]:
-    """The ids of the first `bars` bars of a MIDI file (TokenizationError on a bad file)."""
-    ids = [int(i) for i in tokenizer.encode(Path(path))]
-    while ids and ids[-1] == tokenizer.eos_id:
+def strip_eos(ids: Sequence[int], eos: int) -> list[int]:
+    """`ids` as ints, without the end-of-sequence tokens at the end."""
+    ids = [int(i) for i in ids]
+    while ids and ids[-1] == eos:
         ids.pop()
-    starts = tokenizer.bar_starts(ids)
-    if len(starts) > bars:
-        ids = ids[:starts[bars]]
-    else:
-        logger.info("prompt %s has %d bars (< %d): using all of it", path, len(starts), bars)
-    if not ids:
-        raise ValueError(f"{path}: the prompt has no tokens")
     return ids
+
+
+def piece_ids(tokenizer: BaseTokenizer, path: str | Path) -> list[int]:
+    """A MIDI file's ids, without its end token (TokenizationError on a bad file)."""
+    return strip_eos(tokenizer.encode(Path(path)), tokenizer.eos_id)
+
+
+def first_bars(tokenizer: BaseTokenizer, ids: Sequence[int], bars: int) -> list[int] | None:
+    """The ids before bar number `bars` + 1 (None when the piece has no bar after its first `bars`)."""
+    starts = tokenizer.bar_starts(list(ids))
+    return list(ids[:starts[bars]]) if len(starts) > bars else None
+
+
+def next_bar_time(tokenizer: BaseTokenizer, prompt: Sequence[int]) -> float:
+    """Where (in beats) the first bar after `prompt` begins, read from the grammar state."""
+    state = tokenizer.constraint_state()
+    for token in prompt:
+        state.advance(token)
+    return state.next_bar_time()
+
+
+def prompt_ids(tokenizer: BaseTokenizer, path: str | Path, bars: int) -> list[int]:
+    """The ids of the first `bars` bars of a MIDI file (all of it when shorter; TokenizationError on
+    a bad file)."""
+    ids = piece_ids(tokenizer, path)
+    prompt = first_bars(tokenizer, ids, bars)
+    if prompt is None:
+        logger.info("prompt %s has fewer than %d bars: using all of it", path, bars + 1)
+        prompt = ids
+    if not prompt:
+        raise ValueError(f"{path}: the prompt has no tokens")
+    return prompt
 
 
 def count_bars(tokenizer: BaseTokenizer, tokens: list[int], start: int) -> list[int]:

@@ -2,7 +2,7 @@
 
 ```python
 cfg = load_config("demo", overrides=["train.max_steps=100"])       # training.config.RunConfig
-corpus = prepare_corpus(cfg.data)                                    # built on first use
+corpus = prepare_corpus(cfg.data)                                    # data.build: built on first use
 status = Trainer(cfg, corpus, Path("runs/demo"), DistEnv.from_environment()).fit()
 ckpt = load_checkpoint("runs/demo")                                  # model + tokenizer + config
 ```

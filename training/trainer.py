@@ -27,10 +27,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
 from data import CropDataset, TokenCorpus, ValidationSet
-from data.build import build_corpus, corpus_built, load_checked_corpus
 from model import IGNORE_INDEX, MusicPerformer, resolve_device
 from training.checkpoint import capture_rng, read_meta, restore_rng, restore_training, save_checkpoint
-from training.config import DataConfig, RunConfig
+from training.config import RunConfig
 from training.distributed import DistEnv
 from training.runlog import RunLog, Window
 
@@ -39,17 +38,6 @@ logger = logging.getLogger(__name__)
 
 class TrainingDiverged(RuntimeError):
     """The training loss became NaN or infinite."""
-
-
-def prepare_corpus(data: DataConfig, dist_env: DistEnv | None = None) -> TokenCorpus:
-    """The corpus of a data section, built first (by rank 0) when it is not there yet."""
-    rank = dist_env.rank if dist_env is not None else 0
-    if rank == 0 and not corpus_built(data.root):
-        build_corpus(data.kind, data.root, data.source, time_signatures=data.time_signatures,
-                     max_pieces=data.max_pieces)
-    if dist_env is not None:
-        dist_env.barrier()
-    return load_checked_corpus(data.kind, data.root, data.format, data.time_signatures)
 
 
 def learning_rate(step: int, cfg: RunConfig) -> float:

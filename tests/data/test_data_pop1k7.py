@@ -201,7 +201,7 @@ def test_builder_skips_bad_files(tmp_path):
 def test_train_builds_pop1k7_from_the_release_root(tmp_path):
     import data
     from training.config import RunConfig
-    from training.trainer import prepare_corpus
+    from data.build import prepare_corpus
 
     write_release(tmp_path / "Pop1K7")
     settings = {"kind": "pop1k7", "root": str(tmp_path / "c"), "source": str(tmp_path / "Pop1K7")}

@@ -10,7 +10,7 @@ from miditoolkit import Instrument, Note, TempoChange, TimeSignature
 
 import data
 from training.config import RunConfig
-from training.trainer import prepare_corpus
+from data.build import prepare_corpus
 from data import SPLITS, build_pop909_corpus
 from data.pop909 import merge_tracks, pop909_files
 from remi import REMITokenizer
