@@ -27,11 +27,12 @@ from generation.audio import AudioConfig
 from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, seeded_generator
 from tokenization import BaseTokenizer, format_of
-from training.checkpoint import PRETRAINED, load_model
+from training.checkpoint import PRETRAINED, load_model, shipped_default, shipped_models
 
 logger = logging.getLogger(__name__)
 
-SHIPPED = "pretrained (shipped)"  # the model choice naming the repository's pretrained/ model
+SHIPPED = "pretrained (shipped)"  # the model choice naming the repository's default shipped model
+SHIPPED_SUFFIX = " (shipped)"  # "NAME (shipped)": the shipped model pretrained/NAME
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # larger MIDI prompts are refused (a song is ~50 KB)
 MAX_SAMPLES = 4  # samples drawn at once
 MAX_TOKENS = 4096  # tokens one generate / continue may add per sample
@@ -91,18 +92,24 @@ class Step:
 
 
 def model_path(choice: str | None) -> Path:
-    """The directory a model choice names (SHIPPED: the repository's pretrained/)."""
+    """The directory a model choice names (SHIPPED: the default shipped model; "NAME (shipped)": that
+    shipped model)."""
     if choice is None or not str(choice).strip() or choice == SHIPPED:
         return PRETRAINED
-    path = Path(str(choice).strip()).expanduser()
+    choice = str(choice).strip()
+    if choice.endswith(SHIPPED_SUFFIX) and choice[:-len(SHIPPED_SUFFIX)] in shipped_models():
+        return shipped_models()[choice[:-len(SHIPPED_SUFFIX)]]
+    path = Path(choice).expanduser()
     if not path.exists():
         raise StudioError(f"model not found: {path}")
     return path
 
 
 def model_choices(search: list[Path]) -> list[str]:
-    """SHIPPED (when present) and every run directory with a checkpoint under the `search` folders."""
-    choices = [SHIPPED] if (PRETRAINED / "meta.json").is_file() else []
+    """SHIPPED (when present), each shipped model by name, and every run directory with a checkpoint
+    under the `search` folders."""
+    choices = [SHIPPED] if shipped_default() is not None else []
+    choices += [name + SHIPPED_SUFFIX for name in shipped_models()]
     for root in search:
         if (root / "checkpoints" / "latest").is_file():
             choices.append(str(root))

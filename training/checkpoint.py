@@ -39,7 +39,8 @@ from tokenization import BaseTokenizer, tokenizer_from_dict
 
 logger = logging.getLogger(__name__)
 
-PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"  # the shipped model (when present)
+# The shipped models, one folder each (pretrained/NAME/); pretrained/latest names the default one.
+PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"
 FORMAT_VERSION = 1
 
 RngState = dict[str, Any]  # one process's RNG states: name -> uint8 tensor or JSON-able value
@@ -300,16 +301,32 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def shipped_models() -> dict[str, Path]:
+    """{name: folder} of the models shipped in PRETRAINED (empty in a checkout without them)."""
+    if not PRETRAINED.is_dir():
+        return {}
+    return {folder.name: folder for folder in sorted(PRETRAINED.iterdir()) if (folder / "meta.json").is_file()}
+
+
+def shipped_default() -> Path | None:
+    """The folder of the default shipped model (named by PRETRAINED/latest), None without one."""
+    return resolve_checkpoint(PRETRAINED) if (PRETRAINED / "latest").is_file() else None
+
+
 def load_model(path: str | Path | None, device: str | torch.device = "cpu") -> Checkpoint:
-    """`load_checkpoint` for the commands: `path` None means the shipped model (PRETRAINED), and
-    a missing, incomplete or mismatched checkpoint is a ValueError naming it."""
+    """`load_checkpoint` for the commands: `path` None means the default shipped model, a name of
+    `shipped_models()` (not a path here) that model; a missing, incomplete or mismatched checkpoint
+    is a ValueError naming it."""
     if path is None:
-        if not PRETRAINED.exists():
-            raise ValueError(f"no --checkpoint given and no shipped model at {PRETRAINED}")
-        path = PRETRAINED
+        path = shipped_default()
+        if path is None:
+            raise ValueError(f"no --checkpoint given and no shipped model in {PRETRAINED}")
+    elif not Path(path).exists() and str(path) in shipped_models():
+        path = shipped_models()[str(path)]
     path = Path(path)
     if not path.exists():
-        raise ValueError(f"checkpoint not found: {path}")
+        known = ", ".join(shipped_models()) or "none here"
+        raise ValueError(f"checkpoint not found: {path} (shipped models: {known})")
     try:
         ckpt = load_checkpoint(path, device=device)
     except (ValueError, OSError, KeyError) as error:  # KeyError: a meta.json without a required field

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
-from training.checkpoint import PRETRAINED, load_weights, read_meta, resolve_checkpoint
+from training.checkpoint import PRETRAINED, load_weights, read_meta, resolve_checkpoint, shipped_models
 from training.config import RunConfig, apply_overrides, load_config
 from model import MusicPerformer
 from tokenization import BaseTokenizer
@@ -51,11 +51,14 @@ class InitSource:
 
 
 def resolve_source(given: str) -> InitSource:
-    """The checkpoint named by --init-from ('pretrained', a run or a checkpoint directory)."""
+    """The checkpoint named by --init-from ('pretrained': the default shipped model; a shipped model's
+    name; a run or a checkpoint directory)."""
     path = PRETRAINED if given == PRETRAINED_NAME else Path(given)
+    if not path.exists() and given in shipped_models():
+        path = shipped_models()[given]
     if not path.exists():
-        raise ValueError(f"--init-from {given}: not found (give '{PRETRAINED_NAME}', a run directory or a "
-                         f"checkpoint directory)")
+        raise ValueError(f"--init-from {given}: not found (give '{PRETRAINED_NAME}', a shipped model's name, "
+                         f"a run directory or a checkpoint directory)")
     folder = resolve_checkpoint(path)
     meta = read_meta(folder)
     config = RunConfig.from_dict(meta["config"], source=f"{folder}/meta.json")

@@ -8,14 +8,14 @@ import miditoolkit
 import pytest
 
 from generation.audio import read_wav
-from training.checkpoint import PRETRAINED
+from training.checkpoint import shipped_default, shipped_models
 from generation.pieces import count_bars
 from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, Request, StudioError, StudioSession, check_upload,
-                                 model_choices)
+                                 model_choices, model_path)
 from groove import GrooveTokenizer
 from cli_helpers import exit_status, save_tiny
 
-needs_shipped = pytest.mark.skipif(not (PRETRAINED / "meta.json").is_file(), reason="no shipped pretrained/ model")
+needs_shipped = pytest.mark.skipif(not shipped_default() is not None, reason="no shipped pretrained/ model")
 
 
 def band_midi(path: Path, bars: int = 4) -> Path:
@@ -148,7 +148,9 @@ def test_model_choices_list_runs(tmp_path):
     run = save_tiny(tmp_path / "runs" / "tiny", REMITokenizer())
     choices = model_choices([tmp_path / "runs", tmp_path / "absent"])
     assert str(run) in choices
-    assert (SHIPPED in choices) == (PRETRAINED / "meta.json").is_file()
+    assert (SHIPPED in choices) == (shipped_default() is not None)
+    assert all(f"{name} (shipped)" in choices and model_path(f"{name} (shipped)") == folder
+               for name, folder in shipped_models().items())
 
 
 def test_page_callbacks_turn_errors_into_messages(tmp_path):
@@ -162,7 +164,7 @@ def test_page_callbacks_turn_errors_into_messages(tmp_path):
     assert isinstance(out[0], StudioSession) and out[1].startswith("**Error:**") and "not a MIDI" in out[1]
     out = studio.undo(out[0])
     assert "nothing to undo" in out[1]
-    if (PRETRAINED / "meta.json").is_file():
+    if shipped_default() is not None:
         out = studio.generate(out[0], SHIPPED, None, 2, 8, "tokens", 1.0, 0.9, 0, 2)
         session, status, choice, roll, wav, downloads, _ = out
         assert "generated 2" in status and Path(roll).is_file() and Path(wav).suffix == ".wav"

@@ -13,7 +13,7 @@ import socket
 import urllib.request
 import pytest
 
-from training.checkpoint import PRETRAINED
+from training.checkpoint import shipped_default
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 DRIVER = shutil.which("chromedriver")
@@ -21,7 +21,7 @@ DRIVER = shutil.which("chromedriver")
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
                        reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"),
-    pytest.mark.skipif(not (PRETRAINED / "meta.json").is_file(), reason="no shipped pretrained/ model"),
+    pytest.mark.skipif(not shipped_default() is not None, reason="no shipped pretrained/ model"),
 ]
 
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 import apps.train as train
 from training.checkpoint import list_checkpoints, load_checkpoint, read_meta
-from training.checkpoint import PRETRAINED
+from training.checkpoint import PRETRAINED, shipped_default
 
 SCALE = [60, 62, 64, 65, 67, 69, 71]
 
@@ -112,8 +112,9 @@ def test_unknown_source_is_refused(tmp_path, capsys):
 def test_shape_free_overrides_pass_and_the_run_is_named_after_the_source():
     from training.finetune import finetune_config, resolve_source
 
-    source = resolve_source("pretrained")
-    assert source.name == "pretrained" and source.meta["step"] == read_meta(PRETRAINED)["step"]
+    source = resolve_source("pretrained")  # the default shipped model, named after its folder
+    assert source.name == shipped_default().name and source.meta["step"] == read_meta(PRETRAINED)["step"]
+    assert resolve_source(shipped_default().name).path == source.path  # or by its name
     overrides = ["model.attention=torch", "model.dropout=0.2", "data.source=/x/songs"]
     cfg = finetune_config(source, None, overrides)
     assert (cfg.model.attention, cfg.model.dropout) == ("torch", 0.2)
