@@ -17,6 +17,7 @@ from apps.evaluate import main
 from evaluation.quality_metrics import METRIC_NAMES, NotePiece, bar_lines, from_midi, piece_metrics
 from cli_helpers import exit_status
 from remi import REMITokenizer
+from training.checkpoint import shipped_default
 
 TPQ = 480  # ticks per quarter note of the hand-made files
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -191,7 +192,8 @@ def test_quality_end_to_end_on_the_shipped_model(real_folder, tmp_path, capsys):
     with (out / "quality.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     real = [r for r in rows if r["source"] == "real"]
-    generated = [r for r in rows if r["source"] == "pretrained"]
+    shipped = shipped_default().name  # the default label: the shipped model's folder name
+    generated = [r for r in rows if r["source"] == shipped]
     assert len(real) == 2 * 5 and len(generated) == 2 * 2  # the broken file is skipped
     assert {r["mode"] for r in rows} == {"unconditional", "continuation"}
     for row in real:  # the hand-made pieces: triads and scale tones of C major
@@ -206,9 +208,9 @@ def test_quality_end_to_end_on_the_shipped_model(real_folder, tmp_path, capsys):
     assert "within 1 std of real" in table and "<= 2 x real mean" in table
     for name in METRIC_NAMES:
         assert (out / f"quality_{name}.png").read_bytes()[:8] == PNG_MAGIC
-    midi_files = sorted(p.name for p in (out / "generated" / "pretrained").iterdir())
+    midi_files = sorted(p.name for p in (out / "generated" / shipped).iterdir())
     assert len(midi_files) == 4 and midi_files[0].startswith("continuation_000_song_")
-    assert all(len(miditoolkit.MidiFile(str(out / "generated" / "pretrained" / n)).instruments) == 1
+    assert all(len(miditoolkit.MidiFile(str(out / "generated" / shipped / n)).instruments) == 1
                for n in midi_files)
 
 
