@@ -27,7 +27,7 @@ from generation.audio import AudioConfig
 from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, seeded_generator
 from tokenization import BaseTokenizer, format_of
-from training.checkpoint import PRETRAINED, load_model, shipped_default, shipped_models
+from training.checkpoint import PRETRAINED, load_model, shipped_default, shipped_model, shipped_models
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +97,9 @@ def model_path(choice: str | None) -> Path:
     if choice is None or not str(choice).strip() or choice == SHIPPED:
         return PRETRAINED
     choice = str(choice).strip()
-    if choice.endswith(SHIPPED_SUFFIX) and choice[:-len(SHIPPED_SUFFIX)] in shipped_models():
-        return shipped_models()[choice[:-len(SHIPPED_SUFFIX)]]
+    shipped = shipped_model(choice[:-len(SHIPPED_SUFFIX)]) if choice.endswith(SHIPPED_SUFFIX) else None
+    if shipped is not None:
+        return shipped
     path = Path(choice).expanduser()
     if not path.exists():
         raise StudioError(f"model not found: {path}")

@@ -47,24 +47,24 @@ class GrooveOptions:
 def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: Sequence[str],
                     options: GrooveOptions) -> list[SimilarityRow]:
     """Similarity rows of one model over the held-out pieces (pieces too short are skipped)."""
-    tokenizer, model, args = ckpt.tokenizer, ckpt.model, options
-    sampling = options.sampling
-    generator = torch.Generator(device=model.head.weight.device).manual_seed(args.seed)
+    tokenizer, model = ckpt.tokenizer, ckpt.model
+    generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
     rows = []
     for piece, name in tqdm(list(zip(pieces, names)), desc=f"continuing ({label})", unit="piece",
-                            disable=not args.progress):
+                            disable=not options.progress):
         ids = [int(i) for i in piece]
-        prompt = first_bars(tokenizer, ids, args.prompt_bars)
-        if prompt is None or len(prompt) >= args.tokens:
-            logger.info("skipped %s: fewer than %d bars within %d tokens", name, args.prompt_bars + 1,
-                        args.tokens)
+        prompt = first_bars(tokenizer, ids, options.prompt_bars)
+        if prompt is None or len(prompt) >= options.tokens:
+            logger.info("skipped %s: fewer than %d bars within %d tokens", name, options.prompt_bars + 1,
+                        options.tokens)
             continue
-        result = generate(model, tokenizer, prompt, args.tokens - len(prompt), sampling, generator)
+        result = generate(model, tokenizer, prompt, options.tokens - len(prompt), options.sampling,
+                          generator)
         for metric, values in score_continuation(tokenizer, result.tokens, len(prompt), ids).items():
             rows += [SimilarityRow(label, name, metric, q + 1, float(v)) for q, v in enumerate(values)]
     if not rows:
-        raise ValueError(f"no held-out piece has more than {args.prompt_bars} bars within "
-                         f"{args.tokens} tokens")
+        raise ValueError(f"no held-out piece has more than {options.prompt_bars} bars within "
+                         f"{options.tokens} tokens")
     return rows
 
 

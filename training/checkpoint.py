@@ -308,6 +308,14 @@ def shipped_models() -> dict[str, Path]:
     return {folder.name: folder for folder in sorted(PRETRAINED.iterdir()) if (folder / "meta.json").is_file()}
 
 
+def shipped_model(name: str | Path) -> Path | None:
+    """The folder of the shipped model called `name`, None when `name` is an existing path or no
+    shipped model's name (a path always wins over a name)."""
+    if Path(name).exists():
+        return None
+    return shipped_models().get(str(name))
+
+
 def shipped_default() -> Path | None:
     """The folder of the default shipped model (named by PRETRAINED/latest), None without one."""
     return resolve_checkpoint(PRETRAINED) if (PRETRAINED / "latest").is_file() else None
@@ -321,9 +329,7 @@ def load_model(path: str | Path | None, device: str | torch.device = "cpu") -> C
         path = shipped_default()
         if path is None:
             raise ValueError(f"no --checkpoint given and no shipped model in {PRETRAINED}")
-    elif not Path(path).exists() and str(path) in shipped_models():
-        path = shipped_models()[str(path)]
-    path = Path(path)
+    path = Path(shipped_model(path) or path)
     if not path.exists():
         known = ", ".join(shipped_models()) or "none here"
         raise ValueError(f"checkpoint not found: {path} (shipped models: {known})")

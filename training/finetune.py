@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
-from training.checkpoint import PRETRAINED, load_weights, read_meta, resolve_checkpoint, shipped_models
+from training.checkpoint import PRETRAINED, load_weights, read_meta, resolve_checkpoint, shipped_model
 from training.config import RunConfig, apply_overrides, load_config
 from model import MusicPerformer
 from tokenization import BaseTokenizer
@@ -53,9 +53,7 @@ class InitSource:
 def resolve_source(given: str) -> InitSource:
     """The checkpoint named by --init-from ('pretrained': the default shipped model; a shipped model's
     name; a run or a checkpoint directory)."""
-    path = PRETRAINED if given == PRETRAINED_NAME else Path(given)
-    if not path.exists() and given in shipped_models():
-        path = shipped_models()[given]
+    path = PRETRAINED if given == PRETRAINED_NAME else Path(shipped_model(given) or given)
     if not path.exists():
         raise ValueError(f"--init-from {given}: not found (give '{PRETRAINED_NAME}', a shipped model's name, "
                          f"a run directory or a checkpoint directory)")
