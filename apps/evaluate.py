@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from apps.cli import OneLineParser, checkpoint_argument, run_app
 from model import resolve_device
-from training.checkpoint import load_model
+from training.checkpoint import load_model, run_dir_of
 from tokenization import BaseTokenizer, format_of
 
 logger = logging.getLogger(__name__)
@@ -148,9 +148,8 @@ def load_models(args: argparse.Namespace, token_format: str | None = None,
 
 def default_label(checkpoint_dir: Path) -> str:
     """The run directory's name (…/run/checkpoints/step_x -> run), else the checkpoint's own name."""
-    if checkpoint_dir.parent.name == "checkpoints":
-        return checkpoint_dir.parent.parent.name or checkpoint_dir.name
-    return checkpoint_dir.name
+    run_dir = run_dir_of(checkpoint_dir)
+    return (run_dir.name if run_dir is not None else "") or checkpoint_dir.name
 
 
 def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0) -> tuple[list[Any], list[str]]:

@@ -121,6 +121,12 @@ def save_checkpoint(run_dir: str | Path, *, model: torch.nn.Module, tokenizer: B
     return final
 
 
+def run_dir_of(checkpoint_dir: Path) -> Path | None:
+    """The run directory a checkpoint directory was saved in (run/checkpoints/step_x -> run), None for
+    a checkpoint outside a run (e.g. a shipped model)."""
+    return checkpoint_dir.parent.parent if checkpoint_dir.parent.name == "checkpoints" else None
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete checkpoint directories of a run, oldest first."""
     folder = Path(run_dir) / "checkpoints"

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from training.checkpoint import resolve_checkpoint, read_meta
+from training.checkpoint import read_meta, resolve_checkpoint, run_dir_of
 
 CARD = "README.md"  # the model card's file name in the exported folder
 TRAINING_ONLY = ("optimizer", "rng")  # meta.json entries of the training state, not shipped
@@ -43,8 +43,7 @@ def export_model(checkpoint: str | Path, out: str | Path, *, title: str, bf16: b
     shipped["exported_from"] = {"checkpoint": folder.name, "weights": "bf16 matrices" if bf16 else "float32"}
     (out / "meta.json").write_text(json.dumps(shipped, indent=1))
     tmp.replace(out / "model.safetensors")
-    run_dir = folder.parent.parent if folder.parent.name == "checkpoints" else None
-    card = model_card(title, meta, run_dir, out, [Path(s) for s in sections], notes)
+    card = model_card(title, meta, run_dir_of(folder), out, [Path(s) for s in sections], notes)
     (out / CARD).write_text(card)
     return out / CARD
 

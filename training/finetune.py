@@ -26,7 +26,8 @@ from typing import Any, Sequence
 
 import torch
 
-from training.checkpoint import PRETRAINED, load_weights, read_meta, resolve_checkpoint, shipped_model
+from training.checkpoint import (PRETRAINED, load_weights, read_meta, resolve_checkpoint, run_dir_of,
+                                 shipped_model)
 from training.config import RunConfig, apply_overrides, load_config
 from model import MusicPerformer
 from tokenization import BaseTokenizer
@@ -46,8 +47,7 @@ class InitSource:
     @property
     def name(self) -> str:
         """A short name for the default run directory (finetune_<name>)."""
-        folder = self.path.parent.parent if self.path.parent.name == "checkpoints" else self.path
-        return folder.name or "model"
+        return (run_dir_of(self.path) or self.path).name or "model"
 
 
 def resolve_source(given: str) -> InitSource:
