@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="markdown file appended to the model card (repeatable)")
     parser.add_argument("--notes", default="", help="a paragraph added to the model card")
     parser.add_argument("--fp32", action="store_true", help="keep every weight in float32")
+    parser.add_argument("--set", dest="generate", action="append", default=[], metavar="generate.KEY=VALUE",
+                        help="change a sampling default of the shipped model, e.g. --set "
+                             "generate.temperature=1.0 (repeatable)")
     return parser
 
 
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> None:
         if not Path(section).is_file():
             raise ValueError(f"--section {section}: no such file")
     card = export_model(args.checkpoint, args.out, title=args.title, bf16=not args.fp32,
-                        sections=args.section, notes=args.notes)
+                        sections=args.section, notes=args.notes, generate=args.generate)
     logger.info("exported %s to %s (model card %s)", args.checkpoint, args.out, card)
 
 

@@ -21,17 +21,24 @@ from typing import Any, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from training.checkpoint import read_meta, resolve_checkpoint, run_dir_of
+from training.checkpoint import PRETRAINED, read_meta, resolve_checkpoint, run_dir_of
+from training.config import RunConfig, apply_overrides
 
 CARD = "README.md"  # the model card's file name in the exported folder
 TRAINING_ONLY = ("optimizer", "rng")  # meta.json entries of the training state, not shipped
 
 
 def export_model(checkpoint: str | Path, out: str | Path, *, title: str, bf16: bool = True,
-                 sections: Sequence[str | Path] = (), notes: str = "") -> Path:
-    """Write `out`/model.safetensors, meta.json and README.md (the model card); returns the card."""
+                 sections: Sequence[str | Path] = (), notes: str = "",
+                 generate: Sequence[str] = ()) -> Path:
+    """Write `out`/model.safetensors, meta.json and README.md (the model card); returns the card.
+
+    `generate`: `generate.key=value` overrides of the shipped model's sampling defaults (e.g. the
+    temperature chosen by measuring its pieces); other sections would no longer describe the weights,
+    so they are refused."""
     folder = resolve_checkpoint(checkpoint)
     meta = read_meta(folder)
+    meta["config"] = sampling_defaults(meta["config"], generate)
     weights = load_file(str(folder / "model.safetensors"))
     if bf16:
         weights = {name: to_shipped_dtype(name, tensor) for name, tensor in weights.items()}
@@ -46,6 +53,16 @@ def export_model(checkpoint: str | Path, out: str | Path, *, title: str, bf16: b
     card = model_card(title, meta, run_dir_of(folder), out, [Path(s) for s in sections], notes)
     (out / CARD).write_text(card)
     return out / CARD
+
+
+def sampling_defaults(config: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """The run's config with `generate.key=value` overrides applied (ValueError for other sections)."""
+    if not overrides:
+        return config
+    for item in overrides:
+        if not item.strip().startswith("generate."):
+            raise ValueError(f"--set {item}: only the sampling defaults (generate.*) can change at export")
+    return apply_overrides(RunConfig.from_dict(config, source="checkpoint config"), list(overrides)).to_dict()
 
 
 def to_shipped_dtype(name: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -82,9 +99,14 @@ def model_card(title: str, meta: dict[str, Any], run_dir: Path | None, out: Path
     cfg, record = meta["config"], training_record(run_dir)
     model, data, train = cfg["model"], cfg["data"], cfg["train"]
     size = sum(p.stat().st_size for p in out.glob("*.safetensors")) / 2**20
+    shipped = out.resolve().parent == PRETRAINED
+    sampling = cfg["generate"]
     lines = [f"# {title}", "",
-             "`python generate.py --out song.mid` uses this model when no `--checkpoint` is given."
-             if out.resolve().name == "pretrained" else f"Use it with `--checkpoint {out}`.", "",
+             f"Use it with `--checkpoint {out.resolve().name if shipped else out}`"
+             + (f" (the default of every command when `pretrained/latest` reads `{out.resolve().name}`)."
+                if shipped else "."),
+             f"Sampling defaults: nucleus p = {sampling['top_p']:g}, temperature {sampling['temperature']:g}, "
+             f"{sampling['tokens']:,} new tokens.", "",
              f"- Model: {model['n_layer']} layers, {model['n_head']} heads, d_model {model['d_model']}, "
              f"d_ff {model['d_ff']}, positional encoding {model['pe']}"
              + (" (gated)" if model.get("gated") and "spe" in model["pe"] else "")

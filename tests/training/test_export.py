@@ -81,3 +81,19 @@ def test_bad_section_is_a_one_line_error(tmp_path, capsys):
     assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--title", "t",
                  "--section", str(tmp_path / "missing.md")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_sampling_defaults_can_be_set_at_export_and_nothing_else(tmp_path, capsys):
+    write_run(tmp_path / "run", [])
+    out = tmp_path / "shipped"
+    assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(out), "--title", "t",
+                 "--set", "generate.temperature=1.0", "--set", "generate.top_p=0.95"]) == 0
+    generate = load_checkpoint(out).config.generate
+    assert (generate.temperature, generate.top_p) == (1.0, 0.95)
+    assert "temperature 1," in (out / "README.md").read_text()
+    run_meta = json.loads((tmp_path / "run" / "checkpoints" / "step_000005" / "meta.json").read_text())
+    assert run_meta["config"]["generate"]["temperature"] != 1.0  # the run itself is unchanged
+
+    assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "o2"), "--title", "t",
+                 "--set", "model.n_layer=3"]) == 2
+    assert "only the sampling defaults" in capsys.readouterr().err
