@@ -1,5 +1,5 @@
-// CPU kernels of SPE's per-position code contraction (spe/contract.py is the reference) and of the
-// sineSPE code itself (spe/sine.py is the reference).
+// CPU kernels of SPE's per-position code contraction (spe/contract.py is the reference), plain and
+// gated, and the module's bindings (the sineSPE code kernels are in sine.cpp).
 //
 //   forward:    out[b, s, h, r]  = sum_d x[b, s, h, d] code[s, h, d, r]
 //   backward:   gx[b, s, h, d]   = sum_r g[b, s, h, r] code[s, h, d, r]
@@ -8,47 +8,17 @@
 // code and buf are contiguous (S, H, D, R); x and g may have any strides. Each (s, h) block of the
 // code (D x R) is read once per call and reused for every batch row while it sits in cache, which
 // is what torch.bmm cannot do well for the tiny per-position (B x D) @ (D x R) products.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
+#include "common.h"
 
 #include <algorithm>
 #include <vector>
 
+namespace spe_detail {
+
+at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z);                      // sine.cpp
+std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor& omega, const at::Tensor& z);
+
 namespace {
-
-constexpr int64_t kGrain = 16;  // (s, h) blocks per parallel task
-
-// Calls f(scalar_t{}) for the float32 / float64 tensor t (a plain function, not AT_DISPATCH: the
-// loops below carry pragmas, which cannot stand inside a macro argument).
-template <typename F>
-void dispatch(const at::Tensor& t, F f) {
-  if (t.scalar_type() == at::kFloat) {
-    f(float(0));
-  } else if (t.scalar_type() == at::kDouble) {
-    f(double(0));
-  } else {
-    TORCH_CHECK(false, "spe_kernels support float32 and float64, got ", t.scalar_type());
-  }
-}
-
-void check_code(const at::Tensor& code, const char* name) {
-  TORCH_CHECK(code.device().is_cpu(), name, " must be a CPU tensor");
-  TORCH_CHECK(code.dim() == 4 && code.is_contiguous(), name, " must be a contiguous (S, H, D, R) tensor");
-}
-
-void check_rows(const at::Tensor& t, const at::Tensor& code, int64_t last, const char* name) {
-  TORCH_CHECK(t.device().is_cpu() && t.dim() == 4, name, " must be a (B, S, H, *) CPU tensor");
-  TORCH_CHECK(t.scalar_type() == code.scalar_type(), name, " and the code must have the same dtype");
-  TORCH_CHECK(t.size(1) == code.size(0) && t.size(2) == code.size(1) && t.size(3) == last, name,
-              " has shape ", t.sizes(), ", which does not match the code ", code.sizes());
-}
-
-// A gate's (H, D) tensor (a, c or a scale) for a code (S, H, D, R): contiguous, same dtype.
-void check_gate_hd(const at::Tensor& t, const at::Tensor& code, const char* name) {
-  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == code.scalar_type() &&
-              t.dim() == 2 && t.size(0) == code.size(1) && t.size(1) == code.size(2), name,
-              " must be a contiguous (H, D) CPU tensor of the code's dtype, got ", t.sizes());
-}
 
 // The gate of a gated call: out = sum_d x_d (a_d code_d + c_d noise_d). Either all three tensors
 // (a, c: (H, D), noise: (H, D, R), contiguous) or none (the ungated contraction).
@@ -214,7 +184,8 @@ void contract_accumulate_scaled(at::Tensor& buf, const std::vector<at::Tensor>& 
 
 // ---- Gated contraction: the effective block a code + c noise, never stored beyond one (s, h) ----
 //
-//   forward:  out[b, s, h, r] = sum_d x[b, s, h, d] E[s, h, d, r],  E = a[h, d] code[s, h, d, r] + c[h, d] noise[h, d, r]
+//   E[s, h, d, r] = a[h, d] code[s, h, d, r] + c[h, d] noise[h, d, r]   (the effective code)
+//   forward:  out[b, s, h, r] = sum_d x[b, s, h, d] E[s, h, d, r]
 //   backward: gx[b, s, h, d]  = sum_r g[b, s, h, r] E[s, h, d, r]
 //             with P[s, h, d, r] = sum_b x[b, s, h, d] g[b, s, h, r] (one row of R at a time):
 //             grad_a[h, d] = sum_{s, r} code P,  Psum[h, d, r] = sum_s P  (grad_c, grad_noise follow),
@@ -402,84 +373,10 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
   return {grad_x, grad_a, grad_c, grad_noise};
 }
 
-// sineSPE code: code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r], written straight into
-// the (S, H, D, R) layout the contraction reads (no (H, D, S, R) intermediate and no permuted copy).
-at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z) {
-  TORCH_CHECK(omega.device().is_cpu() && omega.dim() == 4 && omega.is_contiguous(),
-              "omega must be a contiguous (S, H, D, J) CPU tensor");
-  TORCH_CHECK(z.dim() == 4 && z.is_contiguous() && z.scalar_type() == omega.scalar_type() &&
-              z.size(0) == omega.size(1) && z.size(1) == omega.size(2) && z.size(2) == omega.size(3),
-              "z must be a contiguous (H, D, J, R) tensor matching omega ", omega.sizes());
-  const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
-  auto out = at::empty({S, H, D, R}, omega.options());
-  dispatch(omega, [&](auto zero) {
-    using scalar_t = decltype(zero);
-    const scalar_t* op = omega.data_ptr<scalar_t>();
-    const scalar_t* zp = z.data_ptr<scalar_t>();
-    scalar_t* cp = out.data_ptr<scalar_t>();
-    at::parallel_for(0, S * H * D, 256, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {  // i = (s, h, d); (h, d) = i % (H D)
-        const scalar_t* w = op + i * J;
-        const scalar_t* zb = zp + (i % (H * D)) * J * R;
-        scalar_t* __restrict__ row = cp + i * R;
-        std::fill(row, row + R, scalar_t(0));
-        for (int64_t j = 0; j < J; ++j) {
-          const scalar_t v = w[j];
-          const scalar_t* __restrict__ zr = zb + j * R;
-#pragma omp simd
-          for (int64_t r = 0; r < R; ++r) row[r] += v * zr[r];
-        }
-      }
-    });
-  });
-  return out;
-}
-
-// Gradients of sine_code for a code gradient g (S, H, D, R): grad_omega = g z^T (S, H, D, J) and
-// grad_z = sum_s omega^T g (H, D, J, R). Parallel over (h, d) so that grad_z needs no reduction
-// across threads; g is read once.
-std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor& omega, const at::Tensor& z) {
-  TORCH_CHECK(g.dim() == 4 && g.is_contiguous() && g.scalar_type() == omega.scalar_type() &&
-              g.size(0) == omega.size(0) && g.size(1) == omega.size(1) && g.size(2) == omega.size(2) &&
-              g.size(3) == z.size(3), "grad must be a contiguous (S, H, D, R) tensor matching the code");
-  const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
-  auto grad_omega = at::empty_like(omega);
-  auto grad_z = at::zeros_like(z);
-  dispatch(omega, [&](auto zero) {
-    using scalar_t = decltype(zero);
-    const scalar_t* gp = g.data_ptr<scalar_t>();
-    const scalar_t* op = omega.data_ptr<scalar_t>();
-    const scalar_t* zp = z.data_ptr<scalar_t>();
-    scalar_t* gop = grad_omega.data_ptr<scalar_t>();
-    scalar_t* gzp = grad_z.data_ptr<scalar_t>();
-    at::parallel_for(0, H * D, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t hd = begin; hd < end; ++hd) {
-        const scalar_t* zb = zp + hd * J * R;
-        scalar_t* gzb = gzp + hd * J * R;
-        for (int64_t s = 0; s < S; ++s) {
-          const int64_t i = s * H * D + hd;
-          const scalar_t* __restrict__ grow = gp + i * R;
-          const scalar_t* w = op + i * J;
-          for (int64_t j = 0; j < J; ++j) {
-            const scalar_t* __restrict__ zr = zb + j * R;
-            scalar_t* __restrict__ gz = gzb + j * R;
-            const scalar_t v = w[j];
-            scalar_t sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t r = 0; r < R; ++r) {
-              sum += grow[r] * zr[r];
-              gz[r] += v * grow[r];
-            }
-            gop[i * J + j] = sum;
-          }
-        }
-      }
-    });
-  });
-  return {grad_omega, grad_z};
-}
-
 }  // namespace
+}  // namespace spe_detail
+
+using namespace spe_detail;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "CPU kernels of SPE's per-position code contraction";
@@ -487,12 +384,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &contract_backward, "gx[b,s,h,d] = sum_r g[b,s,h,r] code[s,h,d,r]");
   m.def("sine_code", &sine_code, "code[s,h,d,r] = sum_j omega[s,h,d,j] z[h,d,j,r]");
   m.def("sine_code_backward", &sine_code_backward, "(grad_omega, grad_z) of sine_code");
-  m.def("accumulate", &contract_accumulate_scaled, "buf[s,h,d,r] += sum_t sum_b x_t[b,s,h,d] (scale_t[h,d]) g_t[b,s,h,r]",
-        py::arg("buf"), py::arg("xs"), py::arg("grads"), py::arg("scales") = std::vector<c10::optional<at::Tensor>>());
-  m.def("gated_forward", &gated_forward, "out[b,s,h,r] = sum_d x[b,s,h,d] (a[h,d] code[s,h,d,r] + c[h,d] noise[h,d,r])",
+  m.def("accumulate", &contract_accumulate_scaled,
+        "buf[s,h,d,r] += sum_t sum_b x_t[b,s,h,d] (scale_t[h,d]) g_t[b,s,h,r]", py::arg("buf"), py::arg("xs"),
+        py::arg("grads"), py::arg("scales") = std::vector<c10::optional<at::Tensor>>());
+  m.def("gated_forward", &gated_forward,
+        "out[b,s,h,r] = sum_d x[b,s,h,d] (a[h,d] code[s,h,d,r] + c[h,d] noise[h,d,r])",
         py::arg("x"), py::arg("code"), py::arg("a"), py::arg("c"), py::arg("noise"));
   m.def("gated_backward", &gated_backward,
-        "[grad_x, grad_a, grad_c, grad_noise] of gated_forward (None where not needed); buf += a x^T g if given",
+        "[grad_x, grad_a, grad_c, grad_noise] of gated_forward (None where not needed); buf += a x^T g",
         py::arg("grad"), py::arg("x"), py::arg("code"), py::arg("a"), py::arg("c"), py::arg("noise"),
         py::arg("buf"), py::arg("need_x"), py::arg("need_gate"));
 }

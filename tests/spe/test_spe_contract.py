@@ -31,7 +31,9 @@ def make_gate(H, D, R):
 def reference(x, code, gate, grad):
     """Output and autograd gradients (x, code, a, c, noise) of sum_d x_d (a_d code_d + c_d noise_d)."""
     leaves = [t.detach().clone().requires_grad_() for t in (x, code, *(gate or ()))]
-    effective = leaves[1] if gate is None else leaves[2][..., None] * leaves[1] + leaves[3][..., None] * leaves[4]
+    effective = leaves[1]                                               # (S, H, D, R)
+    if gate is not None:
+        effective = leaves[2][..., None] * leaves[1] + leaves[3][..., None] * leaves[4]
     out = torch.einsum("bshd,shdr->bshr", leaves[0], effective)
     out.backward(grad)
     return out.detach(), [t.grad for t in leaves]
@@ -138,9 +140,18 @@ def test_older_extension_falls_back_to_torch_gate(monkeypatch, gated):
     torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.skipif(not compiled_available() or not hasattr(contract_module.compiled_kernels(), "gated_backward"),
-                    reason="the loaded spe_kernels has no gated kernels")
+@pytest.mark.skipif(not hasattr(contract_module.compiled_kernels(), "gated_backward"),
+                    reason="spe_kernels is not installed or predates the gated kernels")
 @pytest.mark.parametrize("gated", [True, False])
 def test_filter_with_gated_kernels_equals_torch(gated):
     assert gated_compiled(torch.zeros(1, 1, 1, 1, dtype=torch.float64))
     torch.testing.assert_close(filter_gradients("compiled", gated), filter_gradients("torch", gated))
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_without_extension_everything_runs_in_torch(monkeypatch, gated):
+    """No spe_kernels at all: the default backend is "torch" and the results are the torch backend's."""
+    expected = filter_gradients("torch", gated)
+    monkeypatch.setattr(contract_module, "_compiled", None)
+    assert SharedCode(torch.zeros(1, 2, 1, 1, 1), torch.zeros(1, 2, 1, 1, 1)).backend == "torch"
+    torch.testing.assert_close(filter_gradients(None, gated), expected)
