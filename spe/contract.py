@@ -168,9 +168,11 @@ def gated_contract_backward(grad: torch.Tensor, x: torch.Tensor, code: torch.Ten
             grad_a, grad_c, grad_noise = (g.to(t.dtype) for g, t in zip((grad_a, grad_c, grad_noise), gate))
         return None if grad_x is None else grad_x.to(x.dtype), grad_a, grad_noise, grad_c
     a, c, noise = (None, None, None) if gate is None else gate
-    grad_xa = contract_backward(grad, code, backend).to(x.dtype)           # (B, S, H, D)
     if buf is not None:
         accumulate(buf, [x], [grad], backend, [a])
+    if not (need_x or need_gate):
+        return None, None, None, None
+    grad_xa = contract_backward(grad, code, backend).to(x.dtype)           # (B, S, H, D)
     noise = None if noise is None else noise.to(x.dtype)
     return gate_backward(x, grad.to(x.dtype), grad_xa, a, noise, c, need_x, need_gate, need_gate, need_gate)
 

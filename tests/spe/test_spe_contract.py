@@ -155,3 +155,17 @@ def test_without_extension_everything_runs_in_torch(monkeypatch, gated):
     monkeypatch.setattr(contract_module, "_compiled", None)
     assert SharedCode(torch.zeros(1, 2, 1, 1, 1), torch.zeros(1, 2, 1, 1, 1)).backend == "torch"
     torch.testing.assert_close(filter_gradients(None, gated), expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gated_backward_code_gradient_only(backend):
+    torch.manual_seed(6)
+    B, S, H, D, R = 3, 5, 2, 4, 3
+    x, grad = strided_rows(B, S, H, D), strided_rows(B, S, H, R)
+    code = torch.randn(S, H, D, R, dtype=torch.float64)
+    gate = make_gate(H, D, R)
+    _, grads = reference(x, code, gate, grad)
+    buf = torch.zeros(S, H, D, R, dtype=torch.float64)
+    got = gated_contract_backward(grad, x, code, gate, buf, need_x=False, need_gate=False, backend=backend)
+    assert got == (None, None, None, None)
+    torch.testing.assert_close(buf, grads[1])
