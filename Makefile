@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile scripts/install_fast_transformers.sh csrc/spe_kernels/setup.py csrc/spe_kernels/contract.cpp
+$(STAMP): pyproject.toml Makefile scripts/install_fast_transformers.sh csrc/spe_kernels/setup.py \
+          $(wildcard csrc/spe_kernels/*.cpp csrc/spe_kernels/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install "torch==2.13.0" numpy

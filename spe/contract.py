@@ -3,13 +3,20 @@
     forward:   out[b, s, h, r]  = sum_d x[b, s, h, d] code[s, h, d, r]          (B, S, H, R)
     backward:  gx[b, s, h, d]   = sum_r g[b, s, h, r] code[s, h, d, r]          (B, S, H, D)
     accumulate: buf[s, h, d, r] += sum_i sum_b x_i[b, s, h, d] g_i[b, s, h, r]  (in place, for several
-               (x_i, g_i) pairs at once: one pass over buf)
+               (x_i, g_i) pairs at once: one pass over buf; x_i optionally scaled by an (H, D) a_i)
+
+and the same with SPEFilter's gate folded in (`gated_contract`, `gated_contract_backward`): the code
+seen by x is the effective E[s, h, d, r] = a[h, d] code[s, h, d, r] + c[h, d] noise[h, d, r], with
+a, c (H, D) and noise (H, D, R); its backward also returns the gate's gradients and can add the code
+gradient a x^T g into a buffer in the same pass.
 
 Each position and head has its own (D, R) matrix, so this is S*H tiny products. Backends:
 
 - "compiled": the optional C++ extension `spe_kernels` (csrc/spe_kernels, built by `make setup`),
   which reads each (D, R) block once per call for all batch rows (and the buffer once for all
-  the pairs of an accumulation); CPU, float32 / float64.
+  the pairs of an accumulation); CPU, float32 / float64. The gated entry points form each effective
+  (D, R) block in a small local buffer, never a tensor (`gated_compiled`); an older build of the
+  extension without them still serves the plain contraction, the gate then costs the PyTorch terms.
 - "torch": the same with batched matrix products (any device or dtype), the reference.
 
 `backend_for(code)` picks "compiled" when it is available and applies, "torch" otherwise.
@@ -28,6 +35,8 @@ try:
 except ImportError as error:  # the pure-PyTorch backend then runs everything
     logger.debug("spe_kernels unavailable (%s): SPE uses its PyTorch contraction", error)
     _compiled = None
+
+Gate = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (a (H, D), c (H, D), noise (H, D, R))
 
 BACKENDS = ("compiled", "torch")
 
@@ -56,6 +65,12 @@ def backend_for(code: torch.Tensor, requested: str | None = None) -> str:
     return requested
 
 
+def gated_compiled(code: torch.Tensor, backend: str | None = None) -> bool:
+    """Whether the gated entry points run compiled for `code` and `backend`: the compiled backend
+    applies and the imported spe_kernels has the gated kernels (a build older than them does not)."""
+    return backend_for(code, backend) == "compiled" and hasattr(_compiled, "gated_backward")
+
+
 def contract(x: torch.Tensor, code: torch.Tensor, backend: str | None = None) -> torch.Tensor:
     """x (B, S, H, D), code (S, H, D, R) contiguous -> (B, S, H, R)."""
     _check(x, code, code.shape[2], "x")
@@ -82,10 +97,14 @@ def contract_backward(grad: torch.Tensor, code: torch.Tensor, backend: str | Non
 
 
 def accumulate(buf: torch.Tensor, xs: list[torch.Tensor], grads: list[torch.Tensor],
-               backend: str | None = None) -> None:
-    """buf (S, H, D, R) += sum over pairs of x^T grad, x (B_i, S, H, D) and grad (B_i, S, H, R)."""
+               backend: str | None = None, scales: list[torch.Tensor | None] | None = None) -> None:
+    """buf (S, H, D, R) += sum over pairs of (x a)^T grad, x (B_i, S, H, D), grad (B_i, S, H, R) and
+    a the pair's scale (H, D) (none: 1)."""
     if len(xs) != len(grads) or not xs:
         raise ValueError("accumulate needs one grad per x, and at least one pair")
+    scales = [None] * len(xs) if scales is None else list(scales)
+    if len(scales) != len(xs):
+        raise ValueError("accumulate needs one scale (or None) per x")
     if not buf.is_contiguous():
         raise ValueError("buf must be contiguous")
     for x, grad in zip(xs, grads):
@@ -93,14 +112,99 @@ def accumulate(buf: torch.Tensor, xs: list[torch.Tensor], grads: list[torch.Tens
         _check(grad, buf, buf.shape[3], "grad")
     xs = [x.to(buf.dtype) for x in xs]
     grads = [g.to(buf.dtype) for g in grads]
+    scales = [None if a is None else a.to(buf.dtype).contiguous() for a in scales]
     if backend_for(buf, backend) == "compiled":
+        if any(a is not None for a in scales):
+            if not hasattr(_compiled, "gated_backward"):  # an older build: its accumulate takes no scales
+                xs, scales = [x if a is None else x * a for x, a in zip(xs, scales)], [None] * len(xs)
+            else:
+                _compiled.accumulate(buf, xs, grads, scales)
+                return
         _compiled.accumulate(buf, xs, grads)
         return
+    xs = [x if a is None else x * a for x, a in zip(xs, scales)]           # (B_i, S, H, D)
     S, H, D, R = buf.shape
     x_rows = torch.cat([x.permute(1, 2, 3, 0).reshape(S * H, D, -1) for x in xs], dim=2)  # (S*H, D, n)
     g_rows = torch.cat([g.permute(1, 2, 0, 3).reshape(S * H, -1, R) for g in grads], dim=1)  # (S*H, n, R)
     blocks = buf.view(S * H, D, R)
     torch.baddbmm(blocks, x_rows, g_rows, out=blocks)                      # in place
+
+
+def gated_contract(x: torch.Tensor, code: torch.Tensor, gate: Gate | None = None,
+                   backend: str | None = None) -> torch.Tensor:
+    """x (B, S, H, D), code (S, H, D, R) contiguous, gate (a, c, noise) or None -> (B, S, H, R):
+    out = sum_d x_d (a_d code_d + c_d noise_d), or `contract(x, code)` without a gate."""
+    _check(x, code, code.shape[2], "x")
+    if gate is not None:
+        _check_gate(gate, code)
+    if gated_compiled(code, backend):
+        a, c, noise = (None, None, None) if gate is None else (t.to(code.dtype) for t in gate)
+        return _compiled.gated_forward(x.to(code.dtype), code, a, c, noise)
+    if gate is None:
+        return contract(x, code, backend)
+    a, c, noise = gate
+    out = contract(x * a, code, backend)                                   # (B, S, H, R)
+    return out + torch.einsum("bshd,hdr->bshr", x * c, noise).to(out.dtype)
+
+
+def gated_contract_backward(grad: torch.Tensor, x: torch.Tensor, code: torch.Tensor,
+                            gate: Gate | None = None, buf: torch.Tensor | None = None,
+                            need_x: bool = True, need_gate: bool = True, backend: str | None = None):
+    """Gradients of `gated_contract` for grad (B, S, H, R): (grad_x (B, S, H, D), grad_a (H, D),
+    grad_noise (H, D, R), grad_c (H, D)), None where not needed (the gate's three without a gate).
+    With buf (S, H, D, R, contiguous, the code's dtype), adds the code gradient (x a)^T grad into it."""
+    _check(grad, code, code.shape[3], "grad")
+    _check(x, code, code.shape[2], "x")
+    if gate is not None:
+        _check_gate(gate, code)
+    if buf is not None and (buf.shape != code.shape or buf.dtype != code.dtype or not buf.is_contiguous()):
+        raise ValueError(f"buf must be a contiguous {tuple(code.shape)} {code.dtype} tensor")
+    need_gate = need_gate and gate is not None
+    if gated_compiled(code, backend):
+        a, c, noise = (None, None, None) if gate is None else (t.to(code.dtype) for t in gate)
+        grad_x, grad_a, grad_c, grad_noise = _compiled.gated_backward(
+            grad.to(code.dtype), x.to(code.dtype), code, a, c, noise, buf, need_x, need_gate)
+        if need_gate:
+            grad_a, grad_c, grad_noise = (g.to(t.dtype) for g, t in zip((grad_a, grad_c, grad_noise), gate))
+        return None if grad_x is None else grad_x.to(x.dtype), grad_a, grad_noise, grad_c
+    a, c, noise = (None, None, None) if gate is None else gate
+    if buf is not None:
+        accumulate(buf, [x], [grad], backend, [a])
+    if not (need_x or need_gate):
+        return None, None, None, None
+    grad_xa = contract_backward(grad, code, backend).to(x.dtype)           # (B, S, H, D)
+    noise = None if noise is None else noise.to(x.dtype)
+    return gate_backward(x, grad.to(x.dtype), grad_xa, a, noise, c, need_x, need_gate, need_gate, need_gate)
+
+
+def gate_backward(x, grad, grad_xa, a, noise, c, need_x, need_a, need_noise, need_c):
+    """Gradients of out = contract(x a, code) + (x c) . noise, given grad (B, S, H, R) and
+    grad_xa = grad . code^T (B, S, H, D): (grad_x, grad_a, grad_noise, grad_c), None where not needed
+    (the PyTorch reference of the gated backward; a, noise, c all None for the ungated contraction)."""
+    grad_x = grad_a = grad_noise = grad_c = None
+    if need_a and a is not None:
+        grad_a = (grad_xa * x).sum(dim=(0, 1))                             # (H, D)
+    grad_xc = None
+    if noise is not None:
+        grad_xc = torch.einsum("bshr,hdr->bshd", grad, noise)              # (B, S, H, D)
+        if need_noise:
+            grad_noise = torch.einsum("bshd,bshr->hdr", x * c, grad)       # (H, D, R)
+        if need_c:
+            grad_c = (grad_xc * x).sum(dim=(0, 1))                         # (H, D)
+    if need_x:
+        grad_x = grad_xa if a is None else grad_xa * a
+        if grad_xc is not None:
+            grad_x = grad_x + grad_xc * c
+    return grad_x, grad_a, grad_noise, grad_c
+
+
+def _check_gate(gate: Gate, code: torch.Tensor) -> None:
+    """ValueError unless gate = (a (H, D), c (H, D), noise (H, D, R)) suits a code (S, H, D, R)."""
+    a, c, noise = gate
+    H, D, R = code.shape[1:]
+    if tuple(a.shape) != (H, D) or tuple(c.shape) != (H, D) or tuple(noise.shape) != (H, D, R):
+        raise ValueError(f"gate (a, c, noise) must be ({H}, {D}), ({H}, {D}), ({H}, {D}, {R}), got "
+                         f"{tuple(a.shape)}, {tuple(c.shape)}, {tuple(noise.shape)}")
 
 
 def _check(t: torch.Tensor, code: torch.Tensor, last: int, name: str) -> None:

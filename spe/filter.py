@@ -6,7 +6,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from spe.contract import contract, contract_backward
+from spe.contract import gate_backward, gated_compiled, gated_contract, gated_contract_backward
 from spe.shared import SharedCode
 
 Code = Tuple[torch.Tensor, torch.Tensor]
@@ -175,29 +175,9 @@ class _MixCode(torch.autograd.Function):
         if need_code:
             xa = x if a is None else x * a
             grad_code = torch.einsum("bshd,bshr->shdr", xa, grad)       # (S, H, D, R)
-        grad_x, grad_a, grad_noise, grad_c = _gate_backward(x, grad, grad_xa, a, noise, c, need_x, need_a,
-                                                            need_noise, need_c)
+        grad_x, grad_a, grad_noise, grad_c = gate_backward(x, grad, grad_xa, a, noise, c, need_x, need_a,
+                                                           need_noise, need_c)
         return grad_x, grad_code, grad_a, grad_noise, grad_c
-
-
-def _gate_backward(x, grad, grad_xa, a, noise, c, need_x, need_a, need_noise, need_c):
-    """Gradients of out = contract(x a, code) + (x c) . noise, given grad (B, S, H, R) and
-    grad_xa = grad . code^T (B, S, H, D): (grad_x, grad_a, grad_noise, grad_c), None where not needed."""
-    grad_x = grad_a = grad_noise = grad_c = None
-    if need_a:
-        grad_a = (grad_xa * x).sum(dim=(0, 1))                          # (H, D)
-    grad_xc = None
-    if noise is not None:
-        grad_xc = torch.einsum("bshr,hdr->bshd", grad, noise)           # (B, S, H, D)
-        if need_noise:
-            grad_noise = torch.einsum("bshd,bshr->hdr", x * c, grad)    # (H, D, R)
-        if need_c:
-            grad_c = (grad_xc * x).sum(dim=(0, 1))                      # (H, D)
-    if need_x:
-        grad_x = grad_xa if a is None else grad_xa * a
-        if grad_xc is not None:
-            grad_x = grad_x + grad_xc * c
-    return grad_x, grad_a, grad_noise, grad_c
 
 
 def _mix_one_position(queries, keys, codes, positional, noise, free):
@@ -215,11 +195,14 @@ def _mix_one_position(queries, keys, codes, positional, noise, free):
 
 
 class _MixSharedCode(torch.autograd.Function):
-    """`_MixCode` for one code of a SharedCode: out = contract(x a, code) + (x c) . noise.
+    """`_MixCode` for one code of a SharedCode: out = sum_d x_d (a_d code_d + c_d noise_d), through
+    `spe.contract.gated_contract` (compiled: the gate folded into each (D, R) block, no (x a) tensor).
 
-    The code is read from the SharedCode (not an autograd input); its gradient (x a)^T grad is
-    handed to the SharedCode (accumulated in place into one buffer), and `link` (the SharedCode's tie
-    to the graph) receives a zero. Saves only its inputs.
+    The code is read from the SharedCode (not an autograd input); its gradient (x a)^T grad is handed
+    to the SharedCode as a pending (x, grad, a) triple until the SharedCode has allocated its buffer,
+    after which the compiled backward adds it into the buffer in its own pass (P = x^T grad is then
+    computed once; allocating the buffer earlier raised the step's peak memory). `link` (the
+    SharedCode's tie to the graph) receives a zero. Saves only its inputs.
     """
 
     @staticmethod
@@ -227,11 +210,8 @@ class _MixSharedCode(torch.autograd.Function):
         ctx.shared, ctx.which = shared, which
         ctx.save_for_backward(x, a, noise, c)
         code = shared.codes[which][: x.shape[1]]                        # (S, H, D, R)
-        xa = x if a is None else x * a                                  # (B, S, H, D)
-        out = contract(xa, code, shared.backend)                        # (B, S, H, R)
-        if noise is not None:
-            out = out + torch.einsum("bshd,hdr->bshr", x * c, noise).to(out.dtype)
-        return out
+        gate = None if a is None else (a, c, noise)
+        return gated_contract(x, code, gate, shared.backend)            # (B, S, H, R)
 
     @staticmethod
     def backward(ctx, grad):                                            # grad: (B, S, H, R)
@@ -239,12 +219,15 @@ class _MixSharedCode(torch.autograd.Function):
         shared, which = ctx.shared, ctx.which
         need_x, need_link, need_a, need_noise, need_c, _, _ = ctx.needs_input_grad
         positions = x.shape[1]
-        code = shared.codes[which][:positions]
-        grad_xa = contract_backward(grad, code, backend=shared.backend).to(x.dtype)  # (B, S, H, D)
-        if need_link:
-            shared.add_gradient(which, x if a is None else x * a, grad.to(code.dtype))
-        noise = None if noise is None else noise.to(x.dtype)
-        grad_x, grad_a, grad_noise, grad_c = _gate_backward(x, grad.to(x.dtype), grad_xa, a, noise, c,
-                                                            need_x, need_a, need_noise, need_c)
+        code = shared.codes[which][:positions]                          # (S, H, D, R)
+        gate = None if a is None else (a, c, noise)
+        buf = None
+        if need_link and gated_compiled(code, shared.backend):         # added to in the kernel's pass
+            buf = shared.gradient_buffer(which, positions)              # once allocated (else None)
+        if need_link and buf is None:
+            shared.add_gradient(which, x, grad.to(code.dtype), scale=a)
+        grad_x, grad_a, grad_noise, grad_c = gated_contract_backward(
+            grad, x, code, gate, buf, need_x, need_a or need_noise or need_c, shared.backend)
         grad_link = grad.new_zeros(()) if need_link else None
-        return grad_x, grad_link, grad_a, grad_noise, grad_c, None, None
+        return (grad_x, grad_link, grad_a if need_a else None, grad_noise if need_noise else None,
+                grad_c if need_c else None, None, None)

@@ -3,12 +3,15 @@
 Applied with plain autograd, a code used by L layers gets L separate (S, H, D, R) gradients that
 are then added: L fresh tensors of the code's size per backward, each costing an allocation, a
 write and an add. A `SharedCode` instead hands the filters a detached code. Every filter's backward
-hands over its contribution x^T grad as the pair (x, grad), each the size of one activation; the
-pairs are accumulated in place into one buffer per code FLUSH_ROWS batch rows at a time (one pass
-over the buffer for several layers, `spe.contract.accumulate`), and a link node passes the two
+hands over its contribution (x a)^T grad (a: its gate's scale) as (x, grad, a), x and grad each the
+size of one activation; these are accumulated in place into one buffer per code FLUSH_ROWS batch
+rows at a time (one pass over the buffer for several layers, `spe.contract.accumulate`, with no
+(x a) tensor), and a link node passes the two
 buffers on to whatever produced the code (the generator's parameters) once, after all the filters'
 backwards have run. Whatever the depth, a forward keeps one code and a backward one gradient buffer
 per code, and the buffer is first allocated only after a few layers' activations have been freed.
+Once it is, the compiled gated backward (spe/filter.py) adds each later contribution into it in its
+own pass (`gradient_buffer`) instead of handing over a pair.
 
     code = SharedCode(*pe((B, N)))                 # or model code: SharedCode(qbar, kbar)
     qhat, khat = filt(q, k, code)                  # any number of filters / layers
@@ -61,9 +64,18 @@ class SharedCode:
                              f"{tuple(size)} (only a prefix of a 1-D code can be used)")
         return self.codes[0][: size[0]], self.codes[1][: size[0]]        # contiguous prefixes
 
-    def add_gradient(self, which: int, x: torch.Tensor, grad: torch.Tensor) -> None:
-        """Add x^T grad ((B, S', H, D) and (B, S', H, R), S' <= S) to the gradient of code `which`."""
-        self.gradients.add(which, x, grad)
+    def add_gradient(self, which: int, x: torch.Tensor, grad: torch.Tensor,
+                     scale: torch.Tensor | None = None) -> None:
+        """Add (x scale)^T grad ((B, S', H, D), (B, S', H, R), S' <= S, scale (H, D) or None) to the
+        gradient of code `which`."""
+        self.gradients.add(which, x, grad, scale)
+
+    def gradient_buffer(self, which: int, positions: int) -> torch.Tensor | None:
+        """The gradient buffer of code `which` at its first `positions` positions (S', H, D, R),
+        contiguous, for a caller that adds its contribution itself; None while it is not allocated
+        (then hand the contribution to `add_gradient`, which allocates it in time)."""
+        buffer = self.gradients.buffer(which)
+        return None if buffer is None else buffer[:positions]
 
 
 class _Gradients:
@@ -75,12 +87,18 @@ class _Gradients:
         self.codes = codes
         self.backend = backend
         self.buffers: list[torch.Tensor | None] = [None, None]
-        self.pending: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[], []]
+        self.pending: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]] = [[], []]
 
-    def add(self, which: int, x: torch.Tensor, grad: torch.Tensor) -> None:
-        self.pending[which].append((x, grad))
-        if sum(x.shape[0] for x, _ in self.pending[which]) >= FLUSH_ROWS:
+    def add(self, which: int, x: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor | None) -> None:
+        self.pending[which].append((x, grad, scale))
+        if sum(x.shape[0] for x, _, _ in self.pending[which]) >= FLUSH_ROWS:
             self.flush(which)
+
+    def buffer(self, which: int) -> torch.Tensor | None:
+        """Code `which`'s buffer (S, H, D, R) with its pending pairs added, or None if not allocated."""
+        if self.buffers[which] is not None:
+            self.flush(which)
+        return self.buffers[which]
 
     def flush(self, which: int) -> None:
         """Accumulate the pending pairs of code `which` into its buffer, by prefix length."""
@@ -89,10 +107,10 @@ class _Gradients:
             return
         if self.buffers[which] is None:
             self.buffers[which] = torch.zeros_like(self.codes[which])
-        for positions in sorted({x.shape[1] for x, _ in pending}):
-            pairs = [(x, g) for x, g in pending if x.shape[1] == positions]
-            accumulate(self.buffers[which][:positions], [x for x, _ in pairs], [g for _, g in pairs],
-                       self.backend)
+        for positions in sorted({x.shape[1] for x, _, _ in pending}):
+            pairs = [p for p in pending if p[0].shape[1] == positions]
+            accumulate(self.buffers[which][:positions], [x for x, _, _ in pairs], [g for _, g, _ in pairs],
+                       self.backend, [a for _, _, a in pairs])
 
     def take(self) -> list[torch.Tensor | None]:
         self.flush(0)

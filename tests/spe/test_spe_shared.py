@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
-from spe.contract import accumulate, backend_for, compiled_available, contract, contract_backward
+from spe.contract import (accumulate, backend_for, compiled_available, contract, contract_backward,
+                          gated_compiled)
 from spe.shared import FLUSH_ROWS
 
 BACKENDS = ["torch"] + (["compiled"] if compiled_available() else [])
@@ -109,12 +110,14 @@ def test_shared_code_gradcheck(backend):
     assert torch.autograd.gradcheck(function, (q, k))
 
 
-def test_shared_code_keeps_one_buffer_per_code():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shared_code_keeps_one_buffer_per_code(backend):
     """Pending pairs are flushed every FLUSH_ROWS rows into one buffer per code, allocated on the
-    first flush; the buffers are handed over once; nothing is tracked without gradients."""
+    first flush (after which the compiled gated kernels add into it directly, leaving nothing
+    pending); the buffers are handed over once; nothing is tracked without gradients."""
     torch.manual_seed(3)
     pe, filt = SineSPE(H, D, R, 2), SPEFilter(False)
-    code = SharedCode(*pe((B, N)))
+    code = SharedCode(*pe((B, N)), backend=backend)
     gradients = code.gradients
     assert code.link is not None and gradients.buffers == [None, None]
     q, k = torch.randn(B, N, H, D, requires_grad=True), torch.randn(B, N, H, D)
@@ -128,6 +131,7 @@ def test_shared_code_keeps_one_buffer_per_code():
     assert seen[0] == (1, False)                                        # first layer: pending
     assert seen[flush_at - 1] == (flush_at, False)
     assert seen[flush_at] == (0, True)                                  # flushed into a buffer
+    assert seen[flush_at + 1] == (0 if gated_compiled(code.codes[0], backend) else 1, True)
     sum(sum(t.sum() for t in pair) for pair in outputs).backward()
     assert gradients.buffers == [None, None] and gradients.pending == [[], []]
     assert pe.freqs.grad is not None and pe.freqs.grad.abs().sum() > 0

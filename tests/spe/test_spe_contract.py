@@ -1,0 +1,171 @@
+"""The gated contraction (spe/contract.py: gated_contract, gated_contract_backward, scaled accumulate):
+both backends equal autograd through the effective code a code + c noise, in float64, on values and on
+every gradient (x, code buffer, a, c, noise), with and without a gate, odd sizes and strided x; and
+the fallback to PyTorch when the loaded spe_kernels predates the gated kernels."""
+
+import types
+
+import pytest
+import torch
+
+import spe.contract as contract_module
+from spe import SharedCode, SineSPE, SPEFilter
+from spe.contract import accumulate, compiled_available, gated_compiled, gated_contract, gated_contract_backward
+from spe.shared import FLUSH_ROWS
+
+BACKENDS = ["torch"] + (["compiled"] if compiled_available() else [])
+SIZES = [(3, 11, 2, 4, 6), (1, 5, 3, 7, 5), (4, 9, 1, 16, 3), (2, 1, 2, 1, 1)]  # (B, S, H, D, R)
+
+
+def strided_rows(b, s, h, x):
+    """A (B, S, H, X) float64 view with the strides of a (B, S, 3, H, X) qkv split (not contiguous)."""
+    return torch.randn(b, s, 3, h, x, dtype=torch.float64)[:, :, 1]
+
+
+def make_gate(H, D, R):
+    """(a, c, noise) as SPEFilter builds them: sqrt(1 - delta), sqrt(delta), eps."""
+    delta = torch.sigmoid(torch.randn(H, D, dtype=torch.float64))
+    return (1 - delta).sqrt(), delta.sqrt(), torch.randn(H, D, R, dtype=torch.float64)
+
+
+def reference(x, code, gate, grad):
+    """Output and autograd gradients (x, code, a, c, noise) of sum_d x_d (a_d code_d + c_d noise_d)."""
+    leaves = [t.detach().clone().requires_grad_() for t in (x, code, *(gate or ()))]
+    effective = leaves[1]                                               # (S, H, D, R)
+    if gate is not None:
+        effective = leaves[2][..., None] * leaves[1] + leaves[3][..., None] * leaves[4]
+    out = torch.einsum("bshd,shdr->bshr", leaves[0], effective)
+    out.backward(grad)
+    return out.detach(), [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("size", SIZES)
+def test_gated_contraction_equals_autograd_reference(backend, gated, size):
+    torch.manual_seed(sum(size))
+    B, S, H, D, R = size
+    x, grad = strided_rows(B, S, H, D), strided_rows(B, S, H, R)
+    code = torch.randn(S, H, D, R, dtype=torch.float64)
+    gate = make_gate(H, D, R) if gated else None
+    expected, grads = reference(x, code, gate, grad)
+    torch.testing.assert_close(gated_contract(x, code, gate, backend), expected)
+    start = torch.randn(S, H, D, R, dtype=torch.float64)
+    buf = start.clone()
+    grad_x, grad_a, grad_noise, grad_c = gated_contract_backward(grad, x, code, gate, buf, backend=backend)
+    torch.testing.assert_close(grad_x, grads[0])
+    torch.testing.assert_close(buf - start, grads[1])
+    if gated:
+        torch.testing.assert_close(grad_a, grads[2])
+        torch.testing.assert_close(grad_c, grads[3])
+        torch.testing.assert_close(grad_noise, grads[4])
+    else:
+        assert grad_a is None and grad_noise is None and grad_c is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gated_backward_computes_only_what_is_needed(backend):
+    torch.manual_seed(1)
+    B, S, H, D, R = 2, 6, 2, 5, 3
+    x, grad = strided_rows(B, S, H, D), strided_rows(B, S, H, R)
+    code = torch.randn(S, H, D, R, dtype=torch.float64)
+    gate = make_gate(H, D, R)
+    _, grads = reference(x, code, gate, grad)
+    grad_x, *gate_grads = gated_contract_backward(grad, x, code, gate, need_x=False, backend=backend)
+    assert grad_x is None
+    torch.testing.assert_close(gate_grads, [grads[2], grads[4], grads[3]])
+    buf = torch.zeros(S, H, D, R, dtype=torch.float64)
+    grad_x, *gate_grads = gated_contract_backward(grad, x, code, gate, buf, need_gate=False, backend=backend)
+    assert gate_grads == [None, None, None]
+    torch.testing.assert_close(grad_x, grads[0])
+    torch.testing.assert_close(buf, grads[1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scaled_accumulate(backend):
+    torch.manual_seed(2)
+    S, H, D, R = 7, 3, 5, 4
+    pairs = [(strided_rows(b, S, H, D), strided_rows(b, S, H, R)) for b in (3, 1, 2)]
+    scales = [torch.rand(H, D, dtype=torch.float64), None, torch.rand(H, D, dtype=torch.float64)]
+    buf = torch.randn(S, H, D, R, dtype=torch.float64)
+    expected = buf + sum(torch.einsum("bshd,bshr->shdr", x if a is None else x * a, g)
+                         for (x, g), a in zip(pairs, scales))
+    accumulate(buf, [x for x, _ in pairs], [g for _, g in pairs], backend, scales)
+    torch.testing.assert_close(buf, expected)
+    with pytest.raises(ValueError, match="one scale"):
+        accumulate(buf, [x for x, _ in pairs], [g for _, g in pairs], backend, scales[:1])
+
+
+def test_gated_errors():
+    code = torch.randn(4, 2, 3, 5)
+    x = torch.randn(1, 4, 2, 3)
+    with pytest.raises(ValueError, match="gate"):
+        gated_contract(x, code, (torch.ones(2, 3), torch.ones(2, 3), torch.ones(2, 3, 4)))
+    with pytest.raises(ValueError, match="buf must be"):
+        gated_contract_backward(torch.randn(1, 4, 2, 5), x, code, buf=torch.zeros(4, 2, 3, 5).transpose(0, 1))
+
+
+def filter_gradients(backend, gated):
+    """Outputs and gradients (q, k, gate, code generator) of four SPEFilter layers on one SharedCode
+    (4 x 8 rows per code: the buffer is allocated at the second layer's backward, FLUSH_ROWS 16, and
+    the compiled kernels add the last two layers' contributions into it directly)."""
+    torch.manual_seed(5)
+    B, N, H, D, R = 8, 9, 2, 4, 6
+    assert 2 * B == FLUSH_ROWS
+    pe = SineSPE(H, D, R, 3).double()
+    filters = [SPEFilter(gated, (H, D)).double() for _ in range(4)]
+    q = torch.randn(B, N, H, D, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(B, N, H, D, dtype=torch.float64, requires_grad=True)
+    noise = filters[0].draw_gate_noise(R) if gated else None
+    code = SharedCode(*pe((B, N)), backend=backend)
+    outs = [t for f in filters for t in f(q, k, code, noise)]
+    loss = sum((o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype).view(o.shape)).sum() for o in outs)
+    params = [q, k, *pe.parameters(), *(p for f in filters for p in f.parameters())]
+    return outs, torch.autograd.grad(loss, params)
+
+
+@pytest.mark.skipif(not compiled_available(), reason="spe_kernels (the compiled extension) is not installed")
+@pytest.mark.parametrize("gated", [True, False])
+def test_older_extension_falls_back_to_torch_gate(monkeypatch, gated):
+    """An spe_kernels without the gated kernels (an older build): the compiled backend still serves
+    the plain contraction, the gate runs in PyTorch, and results equal the torch backend's."""
+    expected = filter_gradients("torch", gated)
+    real = contract_module.compiled_kernels()
+    old = types.SimpleNamespace(forward=real.forward, backward=real.backward, sine_code=real.sine_code,
+                                sine_code_backward=real.sine_code_backward,
+                                accumulate=lambda buf, xs, gs: real.accumulate(buf, xs, gs))
+    monkeypatch.setattr(contract_module, "_compiled", old)
+    assert not gated_compiled(torch.zeros(1, 1, 1, 1), "compiled")
+    got = filter_gradients("compiled", gated)
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.skipif(not hasattr(contract_module.compiled_kernels(), "gated_backward"),
+                    reason="spe_kernels is not installed or predates the gated kernels")
+@pytest.mark.parametrize("gated", [True, False])
+def test_filter_with_gated_kernels_equals_torch(gated):
+    assert gated_compiled(torch.zeros(1, 1, 1, 1, dtype=torch.float64))
+    torch.testing.assert_close(filter_gradients("compiled", gated), filter_gradients("torch", gated))
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_without_extension_everything_runs_in_torch(monkeypatch, gated):
+    """No spe_kernels at all: the default backend is "torch" and the results are the torch backend's."""
+    expected = filter_gradients("torch", gated)
+    monkeypatch.setattr(contract_module, "_compiled", None)
+    assert SharedCode(torch.zeros(1, 2, 1, 1, 1), torch.zeros(1, 2, 1, 1, 1)).backend == "torch"
+    torch.testing.assert_close(filter_gradients(None, gated), expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gated_backward_code_gradient_only(backend):
+    torch.manual_seed(6)
+    B, S, H, D, R = 3, 5, 2, 4, 3
+    x, grad = strided_rows(B, S, H, D), strided_rows(B, S, H, R)
+    code = torch.randn(S, H, D, R, dtype=torch.float64)
+    gate = make_gate(H, D, R)
+    _, grads = reference(x, code, gate, grad)
+    buf = torch.zeros(S, H, D, R, dtype=torch.float64)
+    got = gated_contract_backward(grad, x, code, gate, buf, need_x=False, need_gate=False, backend=backend)
+    assert got == (None, None, None, None)
+    torch.testing.assert_close(buf, grads[1])
