@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from apps.cli import OneLineParser, checkpoint_argument, run_app
+from generation.sampling import NUCLEUS_SCOPES
 from model import resolve_device
 from training.checkpoint import load_model, run_dir_of
 from tokenization import BaseTokenizer, format_of
@@ -110,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--temperature", type=float, default=None,
                          help="softmax temperature (default: the checkpoint's generate config)")
     quality.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: config)")
+    quality.add_argument("--nucleus", choices=NUCLEUS_SCOPES, default=None,
+                         help="top-p cut over the whole vocabulary or within each token type (default: config)")
     quality.set_defaults(max_pieces=None)
     return parser
 
@@ -258,9 +261,7 @@ def run_quality(args: argparse.Namespace) -> None:
     options = []
     for _, ckpt in models:
         defaults = ckpt.config.generate
-        sampling = SamplingConfig(top_p=defaults.top_p if args.top_p is None else args.top_p,
-                                  temperature=defaults.temperature if args.temperature is None
-                                  else args.temperature, constrained=True)
+        sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus)
         options.append(QualityOptions(
             modes=MODES if args.mode == "both" else (args.mode,), pieces=args.pieces,
             tokens=args.tokens or first.config.generate.tokens, prompt_bars=args.prompt_bars,

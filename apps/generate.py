@@ -22,7 +22,7 @@ from typing import Sequence
 from apps.cli import OneLineParser, checkpoint_argument, run_app
 from generation.audio import AudioConfig
 from generation.pieces import bar_stop, keep_bars, prompt_ids, start_ids, write_piece
-from generation.sampling import SamplingConfig, generate_batch, seeded_generator
+from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator
 from model import resolve_device
 from tokenization import MIDI_SUFFIXES
 from training.checkpoint import load_model
@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "with --bars, the token budget")
     parser.add_argument("--bars", type=int, default=None, help="stop after this many new bars")
     parser.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: config)")
+    parser.add_argument("--nucleus", choices=NUCLEUS_SCOPES, default=None,
+                        help="top-p cut over the whole vocabulary or within each token type (default: config)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="softmax temperature (default: config)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: config)")
@@ -78,10 +80,8 @@ def run(args: argparse.Namespace) -> None:
     ckpt = load_model(args.checkpoint, device)
     defaults = ckpt.config.generate
     tokenizer = ckpt.tokenizer
-    sampling = SamplingConfig(
-        top_p=defaults.top_p if args.top_p is None else args.top_p,
-        temperature=defaults.temperature if args.temperature is None else args.temperature,
-        constrained=defaults.constrained and not args.no_constraints)
+    sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus,
+                                            constrained=not args.no_constraints)
     budget = defaults.tokens if args.tokens is None else args.tokens
     seed = defaults.seed if args.seed is None else args.seed
 
@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> None:
     bars_from = len(prompt) if args.prompt is not None else 0
     stop = None if args.bars is None else bar_stop(tokenizer, bars_from, args.bars)
     logger.info("generating %d sample(s) of up to %d tokens after a %d-token prompt (top_p=%g, "
-                "temperature=%g, %s, seed %d)", args.num_samples, budget, len(prompt), sampling.top_p,
+                "nucleus over each %s, temperature=%g, %s, seed %d)", args.num_samples, budget, len(prompt), sampling.top_p,
+                sampling.nucleus,
                 sampling.temperature, "constrained" if sampling.constrained else "unconstrained", seed)
     results = generate_batch(ckpt.model, tokenizer, prompt, budget, args.num_samples, sampling,
                              generator=seeded_generator(seed, device), progress=not args.no_progress,

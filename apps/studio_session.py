@@ -159,12 +159,13 @@ class StudioSession:
         """A new piece (N samples) from the request; the history starts again."""
         torch.set_num_threads(self.threads)
         _check_settings(request.length, request.unit, request.num_samples)
-        try:
-            sampling = SamplingConfig(top_p=float(request.top_p), temperature=float(request.temperature))
-        except ValueError as error:
-            raise StudioError(str(error)) from None
         prompt_file = check_upload(request.prompt)
         ckpt = self._load(model_path(request.model))
+        try:  # the model's own nucleus scope; top-p and temperature from the request
+            sampling = SamplingConfig(top_p=float(request.top_p), temperature=float(request.temperature),
+                                      nucleus=ckpt.config.generate.nucleus)
+        except ValueError as error:
+            raise StudioError(str(error)) from None
         tokenizer = ckpt.tokenizer
         reference = None
         if prompt_file is None:

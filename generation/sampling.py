@@ -3,6 +3,12 @@
     logits -> mask tokens the grammar forbids -> / temperature -> softmax -> keep the smallest set of
     most probable tokens whose mass reaches top_p -> renormalise -> draw
 
+With `nucleus="type"` the cut is made within each token type (the `Type` of `Type_Value`) instead:
+the type keeps its whole probability, and only the tokens inside it are cut to its top_p mass. A
+vocabulary-wide cut favours types whose mass sits on few tokens (one Bar, a likely next Position)
+over types that spread it (some 88 pitches): it removes more notes than positions, and pieces get
+sparser than the model's own distribution (measured in README, "A pop-piano model").
+
 Decoding is recurrent: one positional noise is drawn for the whole length (prompt + new tokens), the
 prompt is fed token by token through `model.step` (O(1) time and memory per token, whatever the
 position), then each sampled token is fed back until EOS or the token budget. `Decoder` does this for
@@ -37,17 +43,32 @@ class GrammarDeadEnd(RuntimeError):
     """The grammar allows no token at some point of a constrained decoding."""
 
 
+NUCLEUS_SCOPES = ("token", "type")  # where the top_p cut applies: the whole vocabulary, or each token type
+
+
 @dataclass
 class SamplingConfig:
     top_p: float = 0.9  # nucleus mass kept (1.0: sample from the whole distribution)
     temperature: float = 1.2  # logits are divided by this before the softmax (> 0)
     constrained: bool = True  # mask the tokens the tokenizer's grammar forbids
+    nucleus: str = "token"  # "token": one top_p cut over the vocabulary; "type": one per token type
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if not self.temperature > 0.0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.nucleus not in NUCLEUS_SCOPES:
+            raise ValueError(f"nucleus must be one of {NUCLEUS_SCOPES}, got {self.nucleus!r}")
+
+    @classmethod
+    def from_defaults(cls, defaults: Any, top_p: float | None = None, temperature: float | None = None,
+                      nucleus: str | None = None, constrained: bool = True) -> SamplingConfig:
+        """A checkpoint's sampling defaults (its `generate` config section) with explicit values winning."""
+        return cls(top_p=defaults.top_p if top_p is None else top_p,
+                   temperature=defaults.temperature if temperature is None else temperature,
+                   nucleus=defaults.nucleus if nucleus is None else nucleus,
+                   constrained=defaults.constrained and constrained)
 
 
 @dataclass
@@ -65,27 +86,56 @@ class GenerationResult:
 
 
 def sampling_probabilities(logits: torch.Tensor, top_p: float, temperature: float,
-                           allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, V) logits -> (B, V) probabilities after masking, temperature and the nucleus cut."""
+                           allowed: torch.Tensor | None = None, types: torch.Tensor | None = None
+                           ) -> torch.Tensor:
+    """(B, V) logits -> (B, V) probabilities after masking, temperature and the nucleus cut.
+
+    types: None (one cut over the vocabulary) or (V,) long, each token's type index (one cut per type,
+    each type keeping its probability; see `token_types`)."""
     logits = logits.double() / temperature  # (B, V)
     if allowed is not None:
         if not bool(allowed.any(dim=-1).all()):
             raise GrammarDeadEnd("the grammar allows no token here")
         logits = logits.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(logits, dim=-1)  # (B, V)
+    if types is None:
+        probs = probs * nucleus_keep(probs, top_p, torch.zeros_like(probs, dtype=torch.long))
+        return probs / probs.sum(dim=-1, keepdim=True)
+    types = types.to(probs.device)
+    one_hot = torch.nn.functional.one_hot(types).to(probs.dtype)  # (V, T)
+    type_mass = (probs @ one_hot)[:, types]  # (B, V): probability of each token's type
+    within = torch.where(type_mass > 0, probs / type_mass.clamp_min(1e-300), 0.0)  # (B, V)
+    kept = within * nucleus_keep(within, top_p, types.expand_as(within))  # (B, V)
+    kept_mass = (kept @ one_hot)[:, types]  # (B, V)
+    return torch.where(kept_mass > 0, kept / kept_mass.clamp_min(1e-300), 0.0) * type_mass
+
+
+def nucleus_keep(probs: torch.Tensor, top_p: float, groups: torch.Tensor) -> torch.Tensor:
+    """(B, V) bool: per row and group (groups: (B, V) long), the smallest set of most probable tokens
+    whose probability (out of a group mass of 1) reaches top_p; the most probable one is always kept."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)  # (B, V) each
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # (B, V): mass of strictly better tokens
-    keep_sorted = mass_before < top_p  # the most probable token is always kept
-    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # (B, V) in vocabulary order
-    probs = probs * keep
-    return probs / probs.sum(dim=-1, keepdim=True)
+    sorted_groups = groups.gather(-1, order)  # (B, V)
+    per_group = torch.nn.functional.one_hot(sorted_groups).to(probs.dtype) * sorted_probs[..., None]  # (B, V, T)
+    before = (per_group.cumsum(dim=1) - per_group).gather(-1, sorted_groups[..., None])[..., 0]  # (B, V)
+    keep_sorted = before < top_p  # mass of strictly better tokens of the same group
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # (B, V) in vocabulary order
+
+
+def token_types(tokenizer: BaseTokenizer) -> torch.Tensor:
+    """(V,) long: the index of each token's type, the first `_`-separated part of its name (`Bar`,
+    `Beat`, `Chord`, `Note` for REMI's Note_Pitch / Note_Velocity / Note_Duration, which its grammar
+    never allows at the same point; `NoteOn`, `TimeShift` for groove; a special token is its own)."""
+    names = [tokenizer.vocab.token(i).split("_")[0] for i in range(tokenizer.vocab_size)]
+    index = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    return torch.tensor([index[name] for name in names], dtype=torch.long)
 
 
 def sample_next(logits: torch.Tensor, top_p: float = 0.9, temperature: float = 1.2,
-                allowed: torch.Tensor | None = None, generator: torch.Generator | None = None
-                ) -> torch.Tensor:
-    """Draw one id per row of (B, V) logits (allowed: (B, V) bool mask or None) -> (B,) long."""
-    probs = sampling_probabilities(logits, top_p, temperature, allowed)  # (B, V)
+                allowed: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                types: torch.Tensor | None = None) -> torch.Tensor:
+    """Draw one id per row of (B, V) logits (allowed: (B, V) bool mask or None; types: see
+    `sampling_probabilities`) -> (B,) long."""
+    probs = sampling_probabilities(logits, top_p, temperature, allowed, types)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B,)
 
 
@@ -132,6 +182,7 @@ class Decoder:
         self._reserved = capacity  # positions reserved so far (the noise's length when there is one)
         self.noise = model.draw_positional_noise(capacity, generator=generator)  # one realisation for all
         grammar = tokenizer.constraint_state() if self.sampling.constrained else None
+        self.types = token_types(tokenizer) if self.sampling.nucleus == "type" else None  # (V,) or None
         with torch.no_grad():
             state = model.init_state(1, positional_noise=self.noise)
             for position, token in enumerate(prompt):
@@ -185,7 +236,7 @@ class Decoder:
             if self.grammars is not None:
                 allowed = torch.from_numpy(self._masks(eos)).to(self.device)  # (B, V)
             drawn = sample_next(self.logits, self.sampling.top_p, self.sampling.temperature, allowed,
-                                self.generator).tolist()  # (B,)
+                                self.generator, self.types).tolist()  # (B,)
             for i, token in enumerate(drawn):
                 if self.finished[i]:
                     continue

@@ -22,6 +22,7 @@ from typing import Any, Optional, Union
 import yaml
 
 from data.kinds import CORPUS_KINDS, check_kind_format
+from generation.sampling import NUCLEUS_SCOPES
 from model import DEVICE_NAMES, ModelConfig
 from tokenization import token_formats
 
@@ -112,6 +113,7 @@ class GenerateConfig:
     top_p: float = 0.9  # nucleus sampling: keep the smallest token set with this probability mass
     temperature: float = 1.2  # softmax temperature of sampling
     constrained: bool = True  # mask tokens that would break the format's grammar
+    nucleus: str = "token"  # top_p cut over the whole vocabulary ("token") or within each token type ("type")
     prompt_bars: int = 0  # bars of a held-out piece used as the prompt (0: start from scratch)
     seed: int = 0  # seed of the sampling
 
@@ -121,6 +123,7 @@ class GenerateConfig:
         if not 0.0 < self.top_p <= 1.0 or self.temperature <= 0.0:
             raise ValueError(f"generate.top_p must be in (0, 1] and generate.temperature > 0, "
                              f"got {self.top_p}, {self.temperature}")
+        _choice("generate.nucleus", self.nucleus, NUCLEUS_SCOPES)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from generation.sampling import (Decoder, GrammarDeadEnd, SamplingConfig, check_length, generate,
-                           generate_batch, sample_next, sampling_probabilities)
+                           generate_batch, sample_next, sampling_probabilities, token_types)
 from model import ModelConfig, MusicPerformer
 from remi import REMITokenizer
 
@@ -37,6 +37,45 @@ def test_nucleus_keeps_the_smallest_set_reaching_top_p():
     assert torch.allclose(kept, torch.tensor([[0.0, 0.5, 0.15, 0.3]], dtype=torch.float64) / 0.95)
     full = sampling_probabilities(logits, top_p=1.0, temperature=1.0)
     assert torch.allclose(full, probs)
+
+
+def test_typewise_nucleus_keeps_each_types_mass_and_cuts_inside_it():
+    # type 0: one likely token (a Bar); type 1: mass spread over four tokens (pitches); type 2 masked
+    probs = torch.tensor([[0.4, 0.2, 0.15, 0.15, 0.1, 0.0]], dtype=torch.float64)
+    types = torch.tensor([0, 1, 1, 1, 1, 2])
+    logits = probs.clamp_min(1e-30).log()
+    allowed = torch.tensor([[True, True, True, True, True, False]])
+    kept = sampling_probabilities(logits, top_p=0.5, temperature=1.0, allowed=allowed, types=types)
+    # type 1 keeps its 0.6 on the tokens reaching half of it (0.2 + 0.15 of 0.6): 0.6 * (0.2, 0.15) / 0.35
+    expected = torch.tensor([[0.4, 0.6 * 0.2 / 0.35, 0.6 * 0.15 / 0.35, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(kept, expected)
+    # the vocabulary-wide cut at the same top_p keeps only the Bar and the best pitch: types are skewed
+    token_wise = sampling_probabilities(logits, top_p=0.5, temperature=1.0, allowed=allowed)
+    assert token_wise[0, 0] == pytest.approx(0.4 / 0.6) and kept[0, 0] == pytest.approx(0.4)
+    # top_p 1 leaves the distribution unchanged; several rows are independent
+    assert torch.allclose(sampling_probabilities(logits.repeat(3, 1), 1.0, 1.0, allowed.repeat(3, 1), types),
+                          probs.repeat(3, 1))
+
+
+def test_token_types_follow_the_type_value_names(tokenizer):
+    types = token_types(tokenizer)
+    names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
+    notes = [i for i, name in enumerate(names) if name.startswith("Note_")]  # pitches, velocities, durations
+    chords = [i for i, name in enumerate(names) if name.startswith("Chord_")]  # Chord_C_M: the type is Chord
+    assert types.shape == (tokenizer.vocab_size,) and len(notes) > 1 and len(chords) > 1
+    assert len(set(types[notes].tolist())) == 1 and len(set(types[chords].tolist())) == 1
+    assert len({int(types[tokenizer.eos_id]), int(types[notes[0]]), int(types[chords[0]]),
+                int(types[tokenizer.vocab["Bar_None"]])}) == 4
+
+
+def test_typewise_decoding_runs_and_is_seeded(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    sampling = SamplingConfig(top_p=0.9, temperature=1.0, nucleus="type")
+    runs = [generate_batch(model, tokenizer, [tokenizer.vocab["Bar_None"]], 40, 2, sampling,
+                           generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+    assert [r.tokens for r in runs[0]] == [r.tokens for r in runs[1]]
+    with pytest.raises(ValueError, match="nucleus"):
+        SamplingConfig(nucleus="bar")
 
 
 def test_temperature_scales_the_logits():
