@@ -21,8 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from apps.cli import OneLineParser, checkpoint_argument, run_app
-from generation.sampling import NUCLEUS_SCOPES
+from apps.cli import OneLineParser, checkpoint_argument, run_app, set_threads, threads_argument
+from generation.sampling import NUCLEUS_SCOPES, SamplingConfig
 from model import resolve_device
 from training.checkpoint import load_model, run_dir_of
 from tokenization import BaseTokenizer, format_of
@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="moving-average window of the plot (default: %(default)s)")
 
     groove = command("groove", "style similarity of continuations of 2-bar prompts")
+    threads_argument(groove)
     groove.add_argument("--corpus", default=None, help="corpus root (default: the checkpoint's data.root)")
     groove.add_argument("--split", default=None, choices=("test", "valid", "train"),
                         help="corpus split (default: test, or valid when test is empty)")
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="features shown per head (columns) (default: %(default)s)")
 
     quality = command("quality", "muspy and MusDr metrics of generated pieces beside real ones")
+    threads_argument(quality)
     quality.add_argument("--real", default=None,
                          help="folder of real MIDI files: the reference and the prompts (default: the "
                               "held-out split of the checkpoint's corpus)")
@@ -196,8 +198,8 @@ def run_nll(args: argparse.Namespace) -> None:
 
 def run_groove(args: argparse.Namespace) -> None:
     from evaluation.groove import GrooveOptions, evaluate_groove, write_groove_outputs
-    from generation.sampling import SamplingConfig
 
+    set_threads(args.threads)
     models = load_models(args, token_format="groove")
     pieces, names = held_out_pieces(args, models[0][1])
     options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed,
@@ -243,8 +245,8 @@ def run_templates(args: argparse.Namespace) -> None:
 def run_quality(args: argparse.Namespace) -> None:
     from evaluation.quality import (MODES, QualityOptions, evaluate_quality, real_pieces_from_folder,
                                    real_pieces_from_ids)
-    from generation.sampling import SamplingConfig
 
+    set_threads(args.threads)
     models = load_models(args, token_format="remi", comparable=True)
     first = models[0][1]
     if args.real is not None:

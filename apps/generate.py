@@ -19,7 +19,7 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from apps.cli import OneLineParser, checkpoint_argument, run_app
+from apps.cli import OneLineParser, checkpoint_argument, run_app, set_threads, threads_argument
 from generation.audio import AudioConfig
 from generation.pieces import bar_stop, keep_bars, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator
@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="spe-generate", description=__doc__.split("\n\n")[0])
     checkpoint_argument(parser)
+    threads_argument(parser)
     parser.add_argument("--out", default="song.mid",
                         help="output MIDI (.txt/.png/.wav written beside) (default: %(default)s)")
     parser.add_argument("--prompt", default=None, help="MIDI file whose first bars prompt the model")
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> None:
         raise ValueError(f"prompt file not found: {args.prompt}")
     if args.soundfont is not None and not Path(args.soundfont).is_file():
         raise ValueError(f"soundfont not found: {args.soundfont}")
+    set_threads(args.threads)
     device = resolve_device(args.device)
     ckpt = load_model(args.checkpoint, device)
     defaults = ckpt.config.generate

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from apps.cli import OneLineParser, run_app
+from apps.cli import OneLineParser, run_app, threads_argument
 from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, Request, StudioError,
                                  StudioSession, View, model_choices)
 from model import DEVICE_NAMES, resolve_device
@@ -164,9 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "repeatable (default: runs/ in the current folder)")
     parser.add_argument("--device", default="auto", choices=DEVICE_NAMES,
                         help="where to run the models (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads per generation; small models decode fastest with 1 "
-                             "(default: %(default)s)")
+    threads_argument(parser)
     parser.add_argument("--workdir", default=None,
                         help="where generated files go (default: a new temporary folder)")
     return parser

@@ -41,3 +41,23 @@ def test_interrupt_and_returned_status(capsys):
 def test_bugs_keep_their_traceback(error):
     with pytest.raises(type(error)):
         run_app("spe-x", raising(error))
+
+
+def test_threads_option_sets_torch_threads_and_refuses_zero():
+    import argparse
+
+    import torch
+
+    from apps.cli import set_threads, threads_argument
+
+    parser = argparse.ArgumentParser()
+    threads_argument(parser)
+    assert parser.parse_args([]).threads == 1
+    before = torch.get_num_threads()
+    try:
+        set_threads(1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="--threads"):
+        set_threads(0)
