@@ -73,8 +73,9 @@ def to_shipped_dtype(name: str, tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def training_record(run_dir: Path | None) -> dict[str, Any]:
-    """From the run's metrics.csv: training time over all its sessions and the last validation loss.
+def training_record(run_dir: Path | None, up_to_step: int | None = None) -> dict[str, Any]:
+    """From the run's metrics.csv: training time over all its sessions and the last validation loss,
+    counting only rows up to `up_to_step` (the exported checkpoint's step) when given.
 
     Each resumed session restarts its elapsed_s clock, so the time is the sum of each session's last
     elapsed_s (a session ends where the clock goes back)."""
@@ -84,6 +85,8 @@ def training_record(run_dir: Path | None) -> dict[str, Any]:
     seconds, last, sessions, val_loss, val_step = 0.0, 0.0, 1, math.nan, None
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
+            if up_to_step is not None and int(row["step"]) > up_to_step:
+                continue  # logged after the exported checkpoint (the run went on)
             elapsed = float(row["elapsed_s"]) if row["elapsed_s"] else last
             if elapsed < last:
                 seconds, sessions = seconds + last, sessions + 1
@@ -96,7 +99,7 @@ def training_record(run_dir: Path | None) -> dict[str, Any]:
 def model_card(title: str, meta: dict[str, Any], run_dir: Path | None, out: Path, sections: list[Path],
                notes: str) -> str:
     """The model card: what the model is, what it was trained on, how long, and how well it does."""
-    cfg, record = meta["config"], training_record(run_dir)
+    cfg, record = meta["config"], training_record(run_dir, meta["step"])
     model, data, train = cfg["model"], cfg["data"], cfg["train"]
     size = sum(p.stat().st_size for p in out.glob("*.safetensors")) / 2**20
     shipped = out.resolve().parent == PRETRAINED

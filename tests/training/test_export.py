@@ -76,6 +76,14 @@ def test_training_record_without_metrics(tmp_path):
     assert training_record(tmp_path) == {} and training_record(None) == {}
 
 
+def test_training_record_stops_at_the_exported_step(tmp_path):
+    write_run(tmp_path, [{"step": 2, "loss": 4.0, "val_loss": 3.5, "elapsed_s": 600},
+                         {"step": 4, "loss": 3.0, "val_loss": 3.0, "elapsed_s": 1200},
+                         {"step": 6, "loss": 2.0, "val_loss": 2.0, "elapsed_s": 1800}])
+    record = training_record(tmp_path, up_to_step=5)
+    assert (record["val_loss"], record["val_step"], record["hours"]) == (3.0, 4, 1200 / 3600)
+
+
 def test_bad_section_is_a_one_line_error(tmp_path, capsys):
     write_run(tmp_path / "run", [])
     assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--title", "t",
