@@ -236,11 +236,19 @@ def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int) -> None:
         handle.writeframes(pcm.tobytes())
 
 
+OGG_BLOCK = 16384  # frames handed to the Vorbis encoder per call
+
+
 def write_ogg(path: str | Path, audio: np.ndarray, sample_rate: int) -> None:
-    """(frames, 2) float audio as Ogg Vorbis (through soundfile's bundled libsndfile)."""
+    """(frames, 2) float audio as Ogg Vorbis (through soundfile's bundled libsndfile), written in
+    blocks: one call with a whole piece (63 s of a 3072-token generation) crashed the process with a
+    segmentation fault inside libsndfile's Vorbis encoder; the same audio in blocks does not."""
     import soundfile
 
-    soundfile.write(str(path), audio, sample_rate, format="OGG", subtype="VORBIS")
+    with soundfile.SoundFile(str(path), "w", sample_rate, audio.shape[1], format="OGG",
+                             subtype="VORBIS") as handle:
+        for start in range(0, len(audio), OGG_BLOCK):
+            handle.write(audio[start:start + OGG_BLOCK])
 
 
 def read_wav(path: str | Path) -> tuple[np.ndarray, int]:

@@ -139,3 +139,18 @@ def test_bad_inputs(tmp_path):
         render(midi_with([(0, False, [(0, 10_000, 60, 90)])]), AudioConfig(max_seconds=60))
     with pytest.raises(ValueError):
         AudioConfig(peak_dbfs=3.0)
+
+
+def test_a_long_piece_is_written_as_ogg(tmp_path):
+    # 70 s of stereo in one libsndfile call crashed the process (segmentation fault in the Vorbis
+    # encoder); write_ogg hands it over in blocks
+    import soundfile
+
+    from generation.audio import write_ogg
+
+    rate = 44100
+    t = np.arange(70 * rate) / rate
+    audio = 0.3 * np.stack([np.sin(2 * np.pi * 220 * t), np.sin(2 * np.pi * 330 * t)], axis=1)
+    write_ogg(tmp_path / "long.ogg", audio.astype(np.float32), rate)
+    back, back_rate = soundfile.read(str(tmp_path / "long.ogg"))
+    assert back_rate == rate and back.shape[1] == 2 and abs(len(back) - len(audio)) < rate // 10
