@@ -108,8 +108,9 @@ def model_card(title: str, meta: dict[str, Any], run_dir: Path | None, out: Path
              f"Use it with `--checkpoint {out.resolve().name if shipped else out}`"
              + (f" (the default of every command when `pretrained/latest` reads `{out.resolve().name}`)."
                 if shipped else "."),
-             f"Sampling defaults: nucleus p = {sampling['top_p']:g}, temperature {sampling['temperature']:g}, "
-             f"{sampling['tokens']:,} new tokens.", "",
+             f"Sampling defaults: nucleus p = {sampling['top_p']:g} "
+             + ("within each token type" if sampling.get("nucleus") == "type" else "over the vocabulary")
+             + f", temperature {sampling['temperature']:g}, {sampling['tokens']:,} new tokens.", "",
              f"- Model: {model['n_layer']} layers, {model['n_head']} heads, d_model {model['d_model']}, "
              f"d_ff {model['d_ff']}, positional encoding {model['pe']}"
              + (" (gated)" if model.get("gated") and "spe" in model["pe"] else "")
