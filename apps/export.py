@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fp32", action="store_true", help="keep every weight in float32")
     parser.add_argument("--set", dest="generate", action="append", default=[], metavar="generate.KEY=VALUE",
                         help="change a sampling default of the shipped model, e.g. --set "
-                             "generate.temperature=1.0 (repeatable)")
+                             "generate.temperature=1.0, or data.root / data.source (repeatable)")
     return parser
 
 

@@ -26,6 +26,7 @@ from training.config import RunConfig, apply_overrides
 
 CARD = "README.md"  # the model card's file name in the exported folder
 TRAINING_ONLY = ("optimizer", "rng")  # meta.json entries of the training state, not shipped
+EXPORT_DATA_KEYS = ("data.root", "data.source")  # paths of the training machine, replaceable at export
 
 
 def export_model(checkpoint: str | Path, out: str | Path, *, title: str, bf16: bool = True,
@@ -34,8 +35,9 @@ def export_model(checkpoint: str | Path, out: str | Path, *, title: str, bf16: b
     """Write `out`/model.safetensors, meta.json and README.md (the model card); returns the card.
 
     `generate`: `generate.key=value` overrides of the shipped model's sampling defaults (e.g. the
-    temperature chosen by measuring its pieces); other sections would no longer describe the weights,
-    so they are refused."""
+    temperature chosen by measuring its pieces), and `data.root` / `data.source` (the training
+    machine's paths, e.g. made relative to the repository); anything else would no longer describe the
+    weights, so it is refused."""
     folder = resolve_checkpoint(checkpoint)
     meta = read_meta(folder)
     meta["config"] = sampling_defaults(meta["config"], generate)
@@ -56,12 +58,15 @@ def export_model(checkpoint: str | Path, out: str | Path, *, title: str, bf16: b
 
 
 def sampling_defaults(config: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """The run's config with `generate.key=value` overrides applied (ValueError for other sections)."""
+    """The run's config with `generate.key=value`, `data.root=...` and `data.source=...` overrides
+    applied (ValueError for anything else: it would no longer describe the weights)."""
     if not overrides:
         return config
     for item in overrides:
-        if not item.strip().startswith("generate."):
-            raise ValueError(f"--set {item}: only the sampling defaults (generate.*) can change at export")
+        key = item.partition("=")[0].strip()
+        if not key.startswith("generate.") and key not in EXPORT_DATA_KEYS:
+            raise ValueError(f"--set {item}: only the sampling defaults (generate.*) and where the data "
+                             f"is ({', '.join(EXPORT_DATA_KEYS)}) can change at export")
     return apply_overrides(RunConfig.from_dict(config, source="checkpoint config"), list(overrides)).to_dict()
 
 

@@ -95,9 +95,11 @@ def test_sampling_defaults_can_be_set_at_export_and_nothing_else(tmp_path, capsy
     write_run(tmp_path / "run", [])
     out = tmp_path / "shipped"
     assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(out), "--title", "t",
-                 "--set", "generate.temperature=1.0", "--set", "generate.top_p=0.95"]) == 0
-    generate = load_checkpoint(out).config.generate
-    assert (generate.temperature, generate.top_p) == (1.0, 0.95)
+                 "--set", "generate.temperature=1.0", "--set", "generate.top_p=0.95",
+                 "--set", "data.root=corpus/songs"]) == 0
+    config = load_checkpoint(out).config
+    assert (config.generate.temperature, config.generate.top_p) == (1.0, 0.95)
+    assert config.data.root == "corpus/songs"
     assert "temperature 1," in (out / "README.md").read_text()
     run_meta = json.loads((tmp_path / "run" / "checkpoints" / "step_000005" / "meta.json").read_text())
     assert run_meta["config"]["generate"]["temperature"] != 1.0  # the run itself is unchanged
