@@ -47,41 +47,6 @@ GateTensors check_gate(const c10::optional<at::Tensor>& a, const c10::optional<a
   return gate;
 }
 
-at::Tensor contract_forward(const at::Tensor& x, const at::Tensor& code) {
-  check_code(code, "code");
-  check_rows(x, code, code.size(2), "x");
-  const int64_t B = x.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
-  auto out = at::empty({B, S, H, R}, code.options());
-  dispatch(code, [&](auto zero) {
-    using scalar_t = decltype(zero);
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    const scalar_t* cp = code.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const int64_t xb = x.stride(0), xs = x.stride(1), xh = x.stride(2), xd = x.stride(3);
-    at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
-      std::vector<scalar_t> acc(B * R);
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t s = i / H, h = i % H;
-        const scalar_t* c = cp + i * D * R;
-        std::fill(acc.begin(), acc.end(), scalar_t(0));
-        for (int64_t d = 0; d < D; ++d) {
-          const scalar_t* __restrict__ row = c + d * R;
-          for (int64_t b = 0; b < B; ++b) {
-            const scalar_t v = xp[b * xb + s * xs + h * xh + d * xd];
-            scalar_t* __restrict__ a = acc.data() + b * R;
-#pragma omp simd
-            for (int64_t r = 0; r < R; ++r) a[r] += v * row[r];
-          }
-        }
-        for (int64_t b = 0; b < B; ++b) {
-          std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * S + s) * H + h) * R);
-        }
-      }
-    });
-  });
-  return out;
-}
-
 // gx = sum_r g code. Each code block is first transposed to (R, D) in a local buffer, so that the
 // product is vectorised along the contiguous dimension.
 at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code) {
@@ -251,6 +216,11 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
     });
   });
   return out;
+}
+
+// The plain contraction: the gated kernel without a gate (it then reads the code blocks directly).
+at::Tensor contract_forward(const at::Tensor& x, const at::Tensor& code) {
+  return gated_forward(x, code, c10::nullopt, c10::nullopt, c10::nullopt);
 }
 
 // One pass over (s, h) for everything the backward needs: [grad_x (B, S, H, D), grad_a (H, D),
