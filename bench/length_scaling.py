@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench.timing import VOCAB, run_isolated, time_training
+from bench.timing import CONTRACTIONS, VOCAB, run_isolated, time_training
 from model import ModelConfig, MusicPerformer, token_loss
 from model.positional import sinusoids
 
@@ -75,6 +75,8 @@ def worker(spec: dict) -> dict:
                           d_model=spec["d_model"], d_ff=4 * spec["d_model"], pe=spec["pe"],
                           attention=spec["attention"], max_len=spec["length"])
         model = MusicPerformer(cfg)
+        if cfg.is_spe:
+            model.pe.contraction = spec.get("contraction")
     tokens = torch.randint(0, VOCAB, (spec["tokens"] // spec["length"], spec["length"] + 1))
     return time_training(model.train(), tokens, spec["steps"])
 
@@ -89,6 +91,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="timed steps per process")
     parser.add_argument("--repeats", type=int, default=2, help="fresh processes per point")
     parser.add_argument("--attention", default="ft", choices=("ft", "torch"))
+    parser.add_argument("--contraction", choices=CONTRACTIONS,
+                        help="how SPE applies its code (default: chosen per call; see bench/README)")
     parser.add_argument("--skip-softmax", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -105,10 +109,10 @@ def main() -> None:
         for key in results:
             spec = {"model": key[0], "length": key[1], "pe": args.pe, "layers": args.layers,
                     "d_model": args.d_model, "tokens": args.tokens, "steps": args.steps,
-                    "attention": args.attention}
+                    "attention": args.attention, "contraction": args.contraction}
             results[key].append(run_isolated(__spec__.name, spec))
     print(f"{args.layers} layers, d_model {args.d_model}, {args.tokens} tokens per batch, performer "
-          f"pe {args.pe} attention {args.attention}, {torch.get_num_threads()} threads, medians of "
+          f"pe {args.pe} attention {args.attention}, contraction {args.contraction or 'auto'}, {torch.get_num_threads()} threads, medians of "
           f"{args.repeats} processes x {args.steps} steps")
     shortest, longest = min(args.lengths), max(args.lengths)
     for name in models:

@@ -13,7 +13,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.timing import VOCAB, training_step
+from bench.timing import CONTRACTIONS, VOCAB, training_step
 from model import ModelConfig, MusicPerformer
 
 
@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--contraction", choices=("compiled", "torch", "autograd"))
+    parser.add_argument("--contraction", choices=CONTRACTIONS)
     parser.add_argument("--rows", type=int, default=15, help="operators to list")
     args = parser.parse_args()
 

@@ -19,7 +19,7 @@ import statistics
 
 import torch
 
-from bench.timing import VOCAB, run_isolated, time_training
+from bench.timing import CONTRACTIONS, VOCAB, run_isolated, time_training
 from model import ModelConfig, MusicPerformer
 
 VARIANTS = ("ape", "sine_spe", "conv_spe")
@@ -48,9 +48,9 @@ def main() -> None:
     parser.add_argument("--attention", default="ft", choices=("ft", "torch"))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
                         help="positional encodings to run (ape, the reference, is always run)")
-    parser.add_argument("--contraction", choices=("compiled", "torch", "autograd"),
-                        help="how SPE applies its code (default: the best available; autograd: the "
-                             "plain per-layer tuple path, for before/after comparisons)")
+    parser.add_argument("--contraction", choices=CONTRACTIONS,
+                        help="how SPE applies its code (default: chosen per call; autograd: the plain "
+                             "per-layer tuple path, for before/after comparisons; factorised: sine only)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

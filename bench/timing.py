@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 VOCAB = 340  # about the REMI vocabulary
+CONTRACTIONS = ("compiled", "torch", "factorised", "autograd")  # StochasticPE.contraction choices
 REPO = Path(__file__).resolve().parent.parent  # the repository root (workers run from there)
 
 

@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
+from spe.factorised import FactorisedCode
 from spe.filter import Code  # (qbar, kbar), each (1, N, H, D, R)
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class PositionalNoise:
 
 @dataclass
 class SPEContext:
-    codes: list[SharedCode | Code]  # one code per generator at the positions of the pass
+    codes: list[SharedCode | FactorisedCode | Code]  # one code per generator at the pass's positions
     gate_noises: list[torch.Tensor] | None  # per layer (H, D, R) gate noise; None when ungated
 
 
@@ -189,9 +190,10 @@ class StochasticPE(PositionalEncoding):
         self.n_layer = cfg.n_layer
         count = 1 if cfg.share_pe else cfg.n_layer
         self.spes = nn.ModuleList([self.make_generator(cfg) for _ in range(count)])
-        # how the layers apply a code: None (best available) / "compiled" / "torch" backend of a
-        # SharedCode (one code, gradients accumulated in place), or "autograd" (the (qbar, kbar)
-        # tuple, plain autograd: the reference); the values are the same
+        # how the layers apply a code: None (chosen per call), "compiled" / "torch" backend of a
+        # SharedCode (one stored code, gradients accumulated in place), "factorised" (sineSPE only:
+        # a FactorisedCode, never stored), or "autograd" (the (qbar, kbar) tuple, plain autograd:
+        # the reference); the values are the same
         self.contraction: str | None = None
         code_shape = self.spes[0].code_shape
         self.filters = nn.ModuleList([SPEFilter(gated=cfg.gated, code_shape=code_shape)
@@ -231,6 +233,12 @@ class StochasticPE(PositionalEncoding):
         if len(noise.code_noises) != len(self.spes) or (noise.gate_noises is None) == self.gated:
             raise ValueError("this positional noise was drawn for another SPE configuration "
                              "(share_pe / gated differ)")
+        if self.contraction == "factorised":
+            if not all(isinstance(spe, SineSPE) for spe in self.spes):
+                raise ValueError("the factorised contraction needs sineSPE code generators")
+            return SPEContext(codes=[spe.factorised(n, start, length)
+                                     for spe, n in zip(self.spes, noise.code_noises)],
+                              gate_noises=noise.gate_noises)
         codes: list[SharedCode | Code] = [self._code(index, noise, start, length)
                                           for index in range(len(self.spes))]
         if self.contraction != "autograd":

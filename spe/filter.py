@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from spe.contract import gate_backward, gated_compiled, gated_contract, gated_contract_backward
+from spe.factorised import FactorisedCode
 from spe.shared import SharedCode
 
 Code = Tuple[torch.Tensor, torch.Tensor]
@@ -37,18 +38,21 @@ class SPEFilter(nn.Module):
             self.gate = nn.Parameter(torch.randn(self.code_shape))
         self._inference_gate = None  # (gate's version key, sqrt(1 - delta), sqrt(delta)) for no-grad calls
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, code: Union[Code, SharedCode],
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, code: Union[Code, SharedCode, FactorisedCode],
                 gate_noise: Optional[torch.Tensor] = None):
         """(qhat, khat), each (B, *size, H, R).
 
         queries, keys: (B, *size, H, D). code: (qbar, kbar), each (1, *code_size, H, D, R) with
         code_size >= size (longer codes are cropped), or a `SharedCode` of them (the fast path when
-        several filters use one code, e.g. the layers of a model). gate_noise: optional (H, D, R) eps
+        several filters use one code, e.g. the layers of a model), or a sineSPE `FactorisedCode` (never
+        stored: memory linear in the length, for long inputs in small batches). gate_noise: optional (H, D, R) eps
         (see `draw_gate_noise`), to hold it fixed across calls; drawn afresh when None; ignored when
         not gated.
         """
         if isinstance(code, SharedCode):
             return self._forward_shared(queries, keys, code, gate_noise)
+        if isinstance(code, FactorisedCode):
+            return self._forward_factorised(queries, keys, code, gate_noise)
         qbar, kbar = code
         if qbar.shape != kbar.shape:
             raise ValueError(f"qbar and kbar must have the same shape, got {tuple(qbar.shape)} and "
@@ -85,6 +89,15 @@ class SPEFilter(nn.Module):
         khat = _MixSharedCode.apply(keys, code.link, positional, gate_noise, free, code, 1)
         out_shape = (queries.shape[0], *size, *qhat.shape[-2:])
         return qhat.reshape(out_shape), khat.reshape(out_shape)         # (B, *size, H, R)
+
+    def _forward_factorised(self, queries, keys, code: FactorisedCode, gate_noise):
+        """`forward` for a FactorisedCode: same values, the code never built."""
+        self._check(queries, keys, code.shape)
+        if queries.dim() != 4 or queries.shape[1] > code.shape[1]:
+            raise ValueError(f"a FactorisedCode of {code.shape[1]} positions cannot serve inputs of shape "
+                             f"{tuple(queries.shape)} (1-D, at most as long as the code)")
+        positional, gate_noise, free = self._gate_terms(gate_noise, code.shape[-1])
+        return code.mix(0, queries, positional, gate_noise, free), code.mix(1, keys, positional, gate_noise, free)
 
     def _gate_terms(self, gate_noise, num_realizations):
         """(sqrt(1 - delta), eps, sqrt(delta)) of a gated filter (checked or drawn eps); Nones if not."""

@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from spe.contract import backend_for, compiled_kernels
+from spe.factorised import FactorisedCode
 
 
 class SineSPE(nn.Module):
@@ -62,19 +63,40 @@ class SineSPE(nn.Module):
 
     def codes(self, noise: torch.Tensor, start: int, length: int):
         """(qbar, kbar) at positions start .. start+length-1, each (1, length, H, D, R), contiguous."""
+        omega_q, omega_k, z = self._factors(noise, start, length)
+        qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
+        return qbar.unsqueeze(0), kbar.unsqueeze(0)                     # (1, L, H, D, R)
+
+    def factorised(self, noise: torch.Tensor, start: int, length: int) -> FactorisedCode:
+        """The code at positions start .. start+length-1 in factored form, never stored
+        (`spe.factorised`): qbar[s, h] = omega_q[h, s] z[h], kbar alike. The omegas are computed
+        without autograd; the filters' backward takes the frequencies' and offsets' gradients itself."""
+        self._check_request(noise, start, length)
+        with torch.no_grad():
+            positions = torch.arange(start, start + length, device=noise.device)
+            omega_q, omega_k = self._omegas(positions, heads_first=True)  # (H, L, D, 2K) each
+        freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
+        return FactorisedCode(omega_q, omega_k, self._scaled_noise(noise), freqs, self.offsets, start)
+
+    def _factors(self, noise: torch.Tensor, start: int, length: int):
+        """(omega_q, omega_k, z): the omegas (L, H, D, 2K), z (H, D, 2K, R)."""
+        self._check_request(noise, start, length)
+        positions = torch.arange(start, start + length, device=noise.device)
+        omega_q, omega_k = self._omegas(positions)                      # (L, H, D, 2K) each
+        return omega_q, omega_k, self._scaled_noise(noise)
+
+    def _check_request(self, noise: torch.Tensor, start: int, length: int) -> None:
         expected = (self.num_heads, self.in_features, 2 * self.num_sines)
         if noise.dim() != 4 or tuple(noise.shape[:3]) != expected:
             raise ValueError(f"noise must have shape {expected + ('R',)}, got {tuple(noise.shape)}")
         if start < 0 or length < 1:
             raise ValueError(f"need start >= 0 and length >= 1, got start={start}, length={length}")
-        r = noise.shape[-1]
-        positions = torch.arange(start, start + length, device=noise.device)
-        omega_q, omega_k = self._omegas(positions)                      # (L, H, D, 2K) each
+
+    def _scaled_noise(self, noise: torch.Tensor) -> torch.Tensor:
+        """z = noise lambda / (sqrt(2K) (R D)^(1/4)): (H, D, 2K, R)."""
         gains = F.softplus(self.gains).repeat_interleave(2, dim=-1)      # (H, D, 2K), one per cos/sin
-        scale = math.sqrt(2 * self.num_sines) * (r * self.in_features) ** 0.25  # sqrt(2K) (R D)^(1/4)
-        z = noise * (gains / scale).unsqueeze(-1)                       # (H, D, 2K, R)
-        qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
-        return qbar.unsqueeze(0), kbar.unsqueeze(0)                     # (1, L, H, D, R)
+        scale = math.sqrt(2 * self.num_sines) * (noise.shape[-1] * self.in_features) ** 0.25
+        return noise * (gains / scale).unsqueeze(-1)                    # (H, D, 2K, R)
 
     def expected_template(self, length: int) -> torch.Tensor:
         """Exact R -> infinity kernel P_d(m, n) for m, n < length: (H, D, length, length)."""
@@ -87,19 +109,35 @@ class SineSPE(nn.Module):
         index = positions[:, None] - positions[None, :] + length - 1    # (L, L): lag m - n, shifted
         return kernel[:, :, index]                                      # (H, D, L, L)
 
-    def _omegas(self, positions: torch.Tensor):
-        """Interleaved cos/sin features of the queries (with offsets) and keys: (L, H, D, 2K) each."""
-        phases_k = 2 * math.pi * self._cycles(positions).permute(2, 0, 1, 3)  # (L, H, D, K)
-        phases_q = phases_k + self.offsets                              # (L, H, D, K)
-        omega_q = torch.stack([torch.cos(phases_q), torch.sin(phases_q)], dim=-1).flatten(-2)  # (L, H, D, 2K)
-        omega_k = torch.stack([torch.cos(phases_k), torch.sin(phases_k)], dim=-1).flatten(-2)  # (L, H, D, 2K)
-        return omega_q, omega_k
+    def _omegas(self, positions: torch.Tensor, heads_first: bool = False):
+        """Interleaved cos/sin features of the queries (with offsets) and keys, contiguous:
+        (L, H, D, 2K) each, or (H, L, D, 2K) if heads_first."""
+        cycles = self._cycles(positions)                                # (H, D, L, K)
+        if heads_first:
+            phases_k = 2 * math.pi * cycles.permute(0, 2, 1, 3)         # (H, L, D, K)
+            phases_q = phases_k + self.offsets[:, None]                 # (H, L, D, K)
+        else:
+            phases_k = 2 * math.pi * cycles.permute(2, 0, 1, 3)         # (L, H, D, K)
+            phases_q = phases_k + self.offsets                          # (L, H, D, K)
+        return _cos_sin(phases_q), _cos_sin(phases_k)                   # (..., 2K) each
 
     def _cycles(self, positions: torch.Tensor) -> torch.Tensor:
-        """f_k * position modulo 1, computed in float64 so that far positions keep their phase: (H, D, L, K)."""
+        """f_k * position modulo 1 (its fractional part), computed in float64 so that far positions keep
+        their phase: (H, D, L, K)."""
         freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
         cycles = freqs[:, :, None, :] * positions.double()[:, None]     # (H, D, L, K)
-        return torch.remainder(cycles, 1.0).to(self.freqs.dtype)
+        return torch.frac(cycles).to(self.freqs.dtype)                  # (-1, 1): the same cos / sin
+
+
+def _cos_sin(phases: torch.Tensor) -> torch.Tensor:
+    """Interleaved cos / sin of phases (..., K): (..., 2K), contiguous. Without autograd, written in
+    place (twice as fast as stacking, which matters for the factored code's long sequences)."""
+    if torch.is_grad_enabled() and phases.requires_grad:
+        return torch.stack([torch.cos(phases), torch.sin(phases)], dim=-1).flatten(-2)
+    out = phases.new_empty((*phases.shape, 2))                          # (..., K, 2)
+    torch.cos(phases, out=out[..., 0])
+    torch.sin(phases, out=out[..., 1])
+    return out.flatten(-2)
 
 
 def sine_code(omega: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

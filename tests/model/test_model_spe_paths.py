@@ -1,5 +1,6 @@
 """The ways a MusicPerformer can apply its SPE code give the same model: the shared code with each
-contraction backend equals plain autograd on the (qbar, kbar) tuple (logits and every gradient), and
+contraction backend, and sineSPE's factored code, equal plain autograd on the (qbar, kbar) tuple
+(logits and every gradient), and
 generation from cached code blocks equals the parallel forward across block boundaries."""
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ import torch
 from model.positional import CODE_BLOCK
 from spe.contract import compiled_available
 
-PATHS = ["torch"] + (["compiled"] if compiled_available() else [])
+PATHS = ["torch", "factorised"] + (["compiled"] if compiled_available() else [])
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
 @pytest.mark.parametrize("options", [{}, {"gated": False}, {"share_pe": False}])
-def test_shared_code_paths_equal_autograd_path(make_model, tokens, path, pe, options):
+def test_code_paths_equal_autograd_path(make_model, tokens, path, pe, options):
+    if path == "factorised" and pe == "conv_spe":
+        pytest.skip("a convSPE code has no factored form (tested to raise below)")
     model = make_model(pe, **options).double().train()
     noise = model.draw_positional_noise(tokens.shape[1])
     noise.code_noises = [n.double() for n in noise.code_noises]
@@ -34,6 +37,13 @@ def test_shared_code_paths_equal_autograd_path(make_model, tokens, path, pe, opt
     assert set(results[path][1]) == set(reference)
     for name, grad in results[path][1].items():
         torch.testing.assert_close(grad, reference[name], msg=name)
+
+
+def test_factorised_contraction_needs_sine_spe(make_model, tokens):
+    model = make_model("conv_spe")
+    model.pe.contraction = "factorised"
+    with pytest.raises(ValueError, match="sineSPE"):
+        model(tokens)
 
 
 @pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
