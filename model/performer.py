@@ -175,7 +175,7 @@ class MusicPerformer(nn.Module):
         length = tokens.shape[1]
         if positional_noise is None:
             positional_noise = self.draw_positional_noise(start + length)
-        context = self.pe.context(positional_noise, start, length)
+        context = self.pe.context(positional_noise, start, length, batch=tokens.shape[0])
         x = self.embedding(tokens) * math.sqrt(self.cfg.d_model)  # (B, N, C)
         return self.dropout(self.pe.embed(x, start)), context
 

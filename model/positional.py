@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from model.config import ModelConfig
 
 CODE_BLOCK = 128  # positions of code evaluated at once when stepping without gradients
+# largest batch for which sineSPE applies its code in factored form by default (bench/README)
+FACTORISED_MAX_BATCH = 8
 
 
 @dataclass
@@ -91,8 +93,10 @@ class PositionalEncoding(nn.Module):
         """Token embeddings (B, N, d_model) of positions start .. start+N-1, position added."""
         return x
 
-    def context(self, noise: PositionalNoise | None, start: int, length: int) -> PositionalContext:
-        """What every layer needs for positions start .. start+length-1, computed once."""
+    def context(self, noise: PositionalNoise | None, start: int, length: int, batch: int = 1
+                ) -> PositionalContext:
+        """What every layer needs for positions start .. start+length-1 of `batch` sequences,
+        computed once."""
         if noise is not None:
             raise ValueError(f"{type(self).__name__} takes no positional noise, got one")
         return None
@@ -158,8 +162,9 @@ class RotaryPE(PositionalEncoding):
         if cfg.head_dim % 2 != 0:
             raise ValueError(f"rope needs an even head size, got d_model / n_head = {cfg.head_dim}")
 
-    def context(self, noise: PositionalNoise | None, start: int, length: int) -> RotaryContext:
-        super().context(noise, start, length)
+    def context(self, noise: PositionalNoise | None, start: int, length: int, batch: int = 1
+                ) -> RotaryContext:
+        super().context(noise, start, length, batch)
         positions = torch.arange(start, start + length, device=self.inv_freq.device)
         angles = positions.double()[:, None] * self.inv_freq  # (N, D/2), float64 for far positions
         return RotaryContext(cos=angles.cos()[:, None, :], sin=angles.sin()[:, None, :])  # (N, 1, D/2)
@@ -227,15 +232,14 @@ class StochasticPE(PositionalEncoding):
         code_noises = [self.extend_code_noise(n, length - noise.length, generator) for n in noise.code_noises]
         return PositionalNoise(code_noises=code_noises, gate_noises=noise.gate_noises, length=length)
 
-    def context(self, noise: PositionalNoise | None, start: int, length: int) -> SPEContext:
+    def context(self, noise: PositionalNoise | None, start: int, length: int, batch: int = 1
+                ) -> SPEContext:
         if not isinstance(noise, PositionalNoise):
             raise ValueError(f"{type(self).__name__} needs a PositionalNoise, got {type(noise).__name__}")
         if len(noise.code_noises) != len(self.spes) or (noise.gate_noises is None) == self.gated:
             raise ValueError("this positional noise was drawn for another SPE configuration "
                              "(share_pe / gated differ)")
-        if self.contraction == "factorised":
-            if not all(isinstance(spe, SineSPE) for spe in self.spes):
-                raise ValueError("the factorised contraction needs sineSPE code generators")
+        if self._factorise(length, batch):
             return SPEContext(codes=[spe.factorised(n, start, length)
                                      for spe, n in zip(self.spes, noise.code_noises)],
                               gate_noises=noise.gate_noises)
@@ -244,6 +248,18 @@ class StochasticPE(PositionalEncoding):
         if self.contraction != "autograd":
             codes = [SharedCode(qbar, kbar, self.contraction) for qbar, kbar in codes]
         return SPEContext(codes=codes, gate_noises=noise.gate_noises)
+
+    def _factorise(self, length: int, batch: int) -> bool:
+        """Whether this pass applies the code in factored form (`spe.factorised`): when asked to, or
+        by default for sineSPE in batches of up to FACTORISED_MAX_BATCH sequences (the stored code
+        serves larger batches, whose rows share its reads, and the cached blocks of generation steps)."""
+        sine = all(isinstance(spe, SineSPE) for spe in self.spes)
+        if self.contraction == "factorised":
+            if not sine:
+                raise ValueError("the factorised contraction needs sineSPE code generators")
+            return True
+        stepping = length < CODE_BLOCK and not torch.is_grad_enabled()
+        return self.contraction is None and sine and batch <= FACTORISED_MAX_BATCH and not stepping
 
     def _code(self, index: int, noise: PositionalNoise, start: int, length: int) -> Code:
         """The code (qbar, kbar) of generator `index` at positions start .. start+length-1.

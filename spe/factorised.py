@@ -1,7 +1,7 @@
 """A sineSPE code kept in factored form, applied without ever storing it: memory linear in N.
 
 A sineSPE code is a product, code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r], with omega
-the 2K cos/sin features of position s (`SineSPE.factors`) and z the scaled noise (H, D, 2K, R). So
+the 2K cos/sin features of position s (`SineSPE.factorised`) and z the scaled noise (H, D, 2K, R). So
 the filter's contraction regroups as one dense product per head:
 
     out[b, s, h, r] = sum_d x[b, s, h, d] (a[h, d] code[s, h, d, r] + c[h, d] noise[h, d, r])
@@ -15,7 +15,7 @@ size) and each layer costs (2K + 1) times the contraction's multiply-adds as GEM
 temporaries bounded by ROWS (batch row, position) pairs. The stored code wins when a batch of several rows shares
 its reads; `model.positional` chooses per call. Values equal the stored path's (tested).
 
-    code = FactorisedCode(*sine.factors(noise, 0, N))
+    code = sine.factorised(noise, 0, N)               # a FactorisedCode
     qhat, khat = filt(q, k, code)
 """
 
@@ -50,7 +50,7 @@ class FactorisedCode:
         if tuple(freqs.shape) != (H, D, J // 2) or tuple(offsets.shape) != (H, D, J // 2):
             raise ValueError(f"freqs and offsets must be (H, D, K) = {(H, D, J // 2)}, got "
                              f"{tuple(freqs.shape)} and {tuple(offsets.shape)}")
-        self.omegas = (omega_q.detach().contiguous(), omega_k.detach().contiguous())  # (H, S, D, 2K)
+        self.omegas = (omega_q.detach(), omega_k.detach())              # (H, S, D, 2K) each
         self.z, self.freqs, self.offsets, self.start = z, freqs, offsets, start
 
     @property
@@ -125,38 +125,44 @@ class _FactorisedMix(torch.autograd.Function):
         gh = grad.permute(2, 0, 1, 3).contiguous()                      # (H, B, S, R)
         oh = omega.to(dtype)[:, None]                                   # (H, 1, S, D, J)
         grad_x = xh.new_empty(xh.shape) if need_x else None             # (H, B, S, D)
-        K = J // 2
-        phase_sum = omega.new_zeros((H, D, K), dtype=torch.float64)     # sum_s d loss / d phase[s]
-        phase_moment = torch.zeros_like(phase_sum)                      # sum_s pos_s d loss / d phase[s]
-        grad_w = torch.zeros_like(w_rows) if need_w else None           # (H, D*J, R)
+        grad_w = torch.zeros_like(w_rows) if need_w or need_omega else None  # (H, D*J, R): y^T g
+        moment = torch.zeros_like(w_rows, dtype=torch.float64) if need_freqs else None  # (pos y)^T g
         grad_free = torch.zeros_like(free) if need_free else None       # (H, D, R)
         for s0, s1 in _blocks(B, S):
             rows = B * (s1 - s0)
             g = gh[:, :, s0:s1].reshape(H, rows, R)                     # (H, B*c, R)
             xb, ob = xh[:, :, s0:s1], oh[:, :, s0:s1]                   # (H, B, c, D), (H, 1, c, D, J)
-            if need_w:
-                y = xb[..., None] * ob                                  # (H, B, c, D, J)
-                grad_w.baddbmm_(y.view(H, rows, D * J).transpose(1, 2), g)
+            if grad_w is not None:
+                y = (xb[..., None] * ob).view(H, rows, D * J)           # (H, B*c, D*J)
+                block = torch.bmm(y.transpose(1, 2), g)                 # (H, D*J, R)
+                grad_w += block
+                if moment is not None:  # positions within the block here, its start added in float64
+                    local = torch.arange(s1 - s0, device=g.device, dtype=g.dtype).repeat(B)  # (B*c,)
+                    moment += torch.bmm(y.transpose(1, 2), g * local[:, None]).double()
+                    moment += (ctx.start + s0) * block.double()
             if need_free:
                 grad_free.baddbmm_(xb.reshape(H, rows, D).transpose(1, 2), g)
-            if not (need_x or need_omega):
-                continue
-            grad_y = torch.bmm(g, w_rows.transpose(1, 2)).view(H, B, s1 - s0, D, J)  # (H, B, c, D, J)
             if need_x:
-                gx = (grad_y * ob).sum(-1)                              # (H, B, c, D)
+                grad_y = torch.bmm(g, w_rows.transpose(1, 2)).view(H, B, s1 - s0, D, J)  # (H, B, c, D, J)
+                gx = grad_y.mul_(ob).sum(-1)                            # (H, B, c, D)
                 if free is not None:
                     gx.view(H, rows, D).baddbmm_(g, free.transpose(1, 2))
                 grad_x[:, :, s0:s1] = gx
-            if need_omega:
-                go = (grad_y * xb[..., None]).sum(1)                    # (H, c, D, J): d loss / d omega
-                ob = ob[:, 0]                                           # (H, c, D, J): cos, sin interleaved
-                phase = go[..., 1::2] * ob[..., 0::2] - go[..., 0::2] * ob[..., 1::2]  # (H, c, D, K)
-                local = torch.arange(s1 - s0, device=phase.device, dtype=phase.dtype)  # (c,)
-                block_sum = phase.sum(1).double()                       # (H, D, K)
-                phase_sum += block_sum
-                phase_moment += torch.einsum("hcdk,c->hdk", phase, local).double() + (ctx.start + s0) * block_sum
-        grad_freqs = 2 * math.pi * phase_moment if need_freqs else None  # d phase / d f = 2 pi pos
+        # d loss / d phase[s] = (d loss / d sin) cos - (d loss / d cos) sin, and d loss / d omega[s] =
+        # x[s] (g[s] w^T): its sum over positions (weighted by them for the frequencies) is a pairing
+        # of w with y^T g (with (pos y)^T g), computed once, never per position
+        grad_freqs = None if moment is None else 2 * math.pi * _phase_pairing(w.double(), moment)  # d phase / d f = 2 pi pos
+        grad_offsets = _phase_pairing(w_rows.view(w.shape), grad_w.view(w.shape)) if need_offsets else None
         return (None if grad_x is None else grad_x.permute(1, 2, 0, 3).to(x.dtype), None,
-                None if grad_w is None else grad_w.view(w.shape).to(w.dtype),
+                grad_w.view(w.shape).to(w.dtype) if need_w else None,
                 None if grad_free is None else grad_free.to(free.dtype),
-                grad_freqs, phase_sum.to(omega.dtype) if need_offsets else None, None)
+                grad_freqs, None if grad_offsets is None else grad_offsets.to(omega.dtype), None)
+
+
+def _phase_pairing(w: torch.Tensor, moments: torch.Tensor) -> torch.Tensor:
+    """sum_r (w[.., 2k+1, r] m[.., 2k, r] - w[.., 2k, r] m[.., 2k+1, r]): (H, D, 2K, R) x2 -> (H, D, K).
+
+    With m = sum_s y[s]^T g[s] (y = x omega), this is sum_s d loss / d phase[s] of the filter's
+    output through omega's cos / sin pairs."""
+    moments = moments.view(w.shape)
+    return (w[:, :, 1::2] * moments[:, :, 0::2] - w[:, :, 0::2] * moments[:, :, 1::2]).sum(-1)

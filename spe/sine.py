@@ -10,6 +10,8 @@ from torch.nn import functional as F
 from spe.contract import backend_for, compiled_kernels
 from spe.factorised import FactorisedCode
 
+ROTATION_BLOCK = 128  # positions per fine table of `SineSPE._rotated_omegas`
+
 
 class SineSPE(nn.Module):
     """Code generator for sinusoidal SPE.
@@ -73,8 +75,7 @@ class SineSPE(nn.Module):
         without autograd; the filters' backward takes the frequencies' and offsets' gradients itself."""
         self._check_request(noise, start, length)
         with torch.no_grad():
-            positions = torch.arange(start, start + length, device=noise.device)
-            omega_q, omega_k = self._omegas(positions, heads_first=True)  # (H, L, D, 2K) each
+            omega_q, omega_k = self._rotated_omegas(start, length)      # (H, L, D, 2K) each
         freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
         return FactorisedCode(omega_q, omega_k, self._scaled_noise(noise), freqs, self.offsets, start)
 
@@ -121,12 +122,37 @@ class SineSPE(nn.Module):
             phases_q = phases_k + self.offsets                          # (L, H, D, K)
         return _cos_sin(phases_q), _cos_sin(phases_k)                   # (..., 2K) each
 
-    def _cycles(self, positions: torch.Tensor) -> torch.Tensor:
+    def _rotated_omegas(self, start: int, length: int):
+        """`_omegas(start .. start+length-1, heads_first=True)` without autograd, as products of unit
+        complex numbers: exp(i 2 pi f (start + m T + l)) = exp(i 2 pi f (start + m T)) exp(i 2 pi f l)
+        for l < T = ROTATION_BLOCK, each factor's phase reduced in float64; one complex product per
+        entry instead of a cos and a sin. The query table's coarse factor carries the offsets."""
+        block = min(ROTATION_BLOCK, length)
+        blocks = -(-length // block)
+        device = self.freqs.device
+        complex_dtype = torch.complex128 if self.freqs.dtype == torch.float64 else torch.complex64
+
+        def unit(phases: torch.Tensor) -> torch.Tensor:                 # (H, n, D, K) radians
+            return torch.polar(torch.ones_like(phases), phases).to(complex_dtype)
+
+        fine = unit(2 * math.pi * self._cycles(torch.arange(block, device=device), torch.float64
+                                               ).permute(0, 2, 1, 3).contiguous())  # (H, T, D, K)
+        firsts = start + block * torch.arange(blocks, device=device)    # (M,)
+        coarse_k = 2 * math.pi * self._cycles(firsts, torch.float64).permute(0, 2, 1, 3).contiguous()  # (H, M, D, K)
+        coarse_q = coarse_k + self.offsets.double()[:, None]            # (H, M, D, K)
+        omegas = []
+        for coarse in (coarse_q, coarse_k):
+            product = unit(coarse)[:, :, None] * fine[:, None]          # (H, M, T, D, K) complex
+            omega = torch.view_as_real(product).flatten(-2).flatten(1, 2)  # (H, M*T, D, 2K): cos, sin
+            omegas.append(omega[:, :length])                            # (H, L, D, 2K), a view
+        return omegas
+
+    def _cycles(self, positions: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """f_k * position modulo 1 (its fractional part), computed in float64 so that far positions keep
         their phase: (H, D, L, K)."""
         freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
         cycles = freqs[:, :, None, :] * positions.double()[:, None]     # (H, D, L, K)
-        return torch.frac(cycles).to(self.freqs.dtype)                  # (-1, 1): the same cos / sin
+        return torch.frac(cycles).to(dtype or self.freqs.dtype)         # (-1, 1): the same cos / sin
 
 
 def _cos_sin(phases: torch.Tensor) -> torch.Tensor:
