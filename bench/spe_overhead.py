@@ -37,6 +37,15 @@ def worker(spec: dict) -> dict:
     return time_training(model, tokens, spec["steps"])
 
 
+def _variant(text: str) -> str:
+    """argparse type of --variants: PE or PE@CONTRACTION."""
+    pe, at, contraction = text.partition("@")
+    if pe not in VARIANTS or (at and contraction not in CONTRACTIONS):
+        raise argparse.ArgumentTypeError(f"expected one of {VARIANTS}, optionally @ one of {CONTRACTIONS}, "
+                                         f"got {text!r}")
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=6)
@@ -46,8 +55,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per process")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per variant")
     parser.add_argument("--attention", default="ft", choices=("ft", "torch"))
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
-                        help="positional encodings to run (ape, the reference, is always run)")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), type=_variant,
+                        help="positional encodings to run (ape, the reference, is always run), each "
+                             "optionally with its own contraction: sine_spe@compiled, sine_spe@factorised")
     parser.add_argument("--contraction", choices=CONTRACTIONS,
                         help="how SPE applies its code (default: chosen per call; autograd: the plain "
                              "per-layer tuple path, for before/after comparisons; factorised: sine only)")
@@ -57,21 +67,22 @@ def main() -> None:
         print(json.dumps(worker(json.loads(args.worker))))
         return
 
-    variants = ["ape"] + [pe for pe in args.variants if pe != "ape"]
-    runs: dict[str, list[dict]] = {pe: [] for pe in variants}
+    variants = ["ape"] + [v for v in dict.fromkeys(args.variants) if v != "ape"]
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
     for _ in range(args.repeats):
-        for pe in variants:
+        for variant in variants:
+            pe, _, contraction = variant.partition("@")
             spec = {"pe": pe, "layers": args.layers, "d_model": args.d_model, "length": args.length,
                     "batch": args.batch, "steps": args.steps, "attention": args.attention,
-                    "contraction": args.contraction}
-            runs[pe].append(run_isolated(__spec__.name, spec))
+                    "contraction": contraction or args.contraction}
+            runs[variant].append(run_isolated(__spec__.name, spec))
     medians = {pe: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                for pe, rs in runs.items()}
     print(f"{args.layers} layers, d_model {args.d_model}, N {args.length}, batch {args.batch}, "
-          f"attention {args.attention}, {torch.get_num_threads()} threads, "
+          f"attention {args.attention}, contraction {args.contraction or 'auto'}, {torch.get_num_threads()} threads, "
           f"medians of {args.repeats} processes x {args.steps} steps")
     for pe, m in medians.items():
-        print(f"  {pe:9s} step {m['seconds']:.3f} s wall, {m['cpu_seconds']:.3f} s CPU   peak RSS "
+        print(f"  {pe:20s} step {m['seconds']:.3f} s wall, {m['cpu_seconds']:.3f} s CPU   peak RSS "
               f"{m['peak_mb']:.0f} MiB, {m['extra_mb']:.0f} MiB above baseline")
     ape = medians["ape"]
     for pe in variants[1:]:

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from model.config import ModelConfig
 
 CODE_BLOCK = 128  # positions of code evaluated at once when stepping without gradients
-# largest batch for which sineSPE applies its code in factored form by default (bench/README)
-FACTORISED_MAX_BATCH = 8
+# size of one stored sineSPE code above which it is applied in factored form by default (bench/README)
+FACTORISED_CODE_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -195,10 +195,10 @@ class StochasticPE(PositionalEncoding):
         self.n_layer = cfg.n_layer
         count = 1 if cfg.share_pe else cfg.n_layer
         self.spes = nn.ModuleList([self.make_generator(cfg) for _ in range(count)])
-        # how the layers apply a code: None (chosen per call), "compiled" / "torch" backend of a
-        # SharedCode (one stored code, gradients accumulated in place), "factorised" (sineSPE only:
-        # a FactorisedCode, never stored), or "autograd" (the (qbar, kbar) tuple, plain autograd:
-        # the reference); the values are the same
+        # how the layers apply a code: None (chosen per call, `_factorise`), "stored" (a SharedCode:
+        # one stored code, gradients accumulated in place, best backend) or its "compiled" / "torch"
+        # backend, "factorised" (sineSPE only: a FactorisedCode, never stored), or "autograd" (the
+        # (qbar, kbar) tuple, plain autograd: the reference); the values are the same
         self.contraction: str | None = None
         code_shape = self.spes[0].code_shape
         self.filters = nn.ModuleList([SPEFilter(gated=cfg.gated, code_shape=code_shape)
@@ -246,20 +246,29 @@ class StochasticPE(PositionalEncoding):
         codes: list[SharedCode | Code] = [self._code(index, noise, start, length)
                                           for index in range(len(self.spes))]
         if self.contraction != "autograd":
-            codes = [SharedCode(qbar, kbar, self.contraction) for qbar, kbar in codes]
+            backend = None if self.contraction == "stored" else self.contraction
+            codes = [SharedCode(qbar, kbar, backend) for qbar, kbar in codes]
         return SPEContext(codes=codes, gate_noises=noise.gate_noises)
 
     def _factorise(self, length: int, batch: int) -> bool:
         """Whether this pass applies the code in factored form (`spe.factorised`): when asked to, or
-        by default for sineSPE in batches of up to FACTORISED_MAX_BATCH sequences (the stored code
-        serves larger batches, whose rows share its reads, and the cached blocks of generation steps)."""
+        by default for sineSPE when the batch holds one sequence or one stored code would take more
+        than FACTORISED_CODE_BYTES (measured in bench/README.md: the stored code is faster when
+        several sequences share its reads, the factored one when it is memory-bound). Generation
+        steps always use the cached stored blocks."""
         sine = all(isinstance(spe, SineSPE) for spe in self.spes)
         if self.contraction == "factorised":
             if not sine:
                 raise ValueError("the factorised contraction needs sineSPE code generators")
             return True
-        stepping = length < CODE_BLOCK and not torch.is_grad_enabled()
-        return self.contraction is None and sine and batch <= FACTORISED_MAX_BATCH and not stepping
+        if self.contraction is not None or not sine:
+            return False
+        if length < CODE_BLOCK and not torch.is_grad_enabled():         # a generation step
+            return False
+        heads, features = self.spes[0].code_shape
+        parameter = self.spes[0].freqs
+        code_bytes = length * heads * features * self.num_realizations * parameter.element_size()
+        return batch == 1 or code_bytes > FACTORISED_CODE_BYTES
 
     def _code(self, index: int, noise: PositionalNoise, start: int, length: int) -> Code:
         """The code (qbar, kbar) of generator `index` at positions start .. start+length-1.

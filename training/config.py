@@ -28,6 +28,7 @@ from tokenization import token_formats
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the YAML files shipped with the repo
 PRECISIONS = ("auto", "fp32", "bf16")
+SPE_CODES = ("auto", "stored", "factorised")  # train.spe_code
 
 # The model section: every ModelConfig field except vocab_size, same types and defaults.
 ModelSection = dataclasses.make_dataclass(
@@ -84,6 +85,10 @@ class TrainConfig:
     seed: int = 0  # seed of initialisation, data order, augmentation, dropout and SPE noise
     device: str = "auto"  # auto (CUDA when available), cpu or cuda
     precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16
+    # how SPE applies its code (values are the same): auto (sineSPE's factored code for batches of
+    # one sequence, else the stored code), stored (faster with several sequences per batch) or
+    # factorised (sineSPE only: less memory, linear in the length); bench/README.md has the figures
+    spe_code: str = "auto"
     num_workers: int = 0  # DataLoader worker processes per training process
 
     def validate(self) -> None:
@@ -105,6 +110,7 @@ class TrainConfig:
             raise ValueError(f"train.redraw_prob must be in [0, 1], got {self.redraw_prob}")
         _choice("train.device", self.device, DEVICE_NAMES)
         _choice("train.precision", self.precision, PRECISIONS)
+        _choice("train.spe_code", self.spe_code, SPE_CODES)
 
 
 @dataclass

@@ -132,6 +132,10 @@ class Trainer:
 
         torch.manual_seed(cfg.train.seed)  # identical initialisation on every process
         self.model = MusicPerformer(cfg.model_config(self.tokenizer.vocab_size)).to(self.device)
+        if cfg.train.spe_code == "factorised" and cfg.model.pe != "sine_spe":
+            raise ValueError(f"train.spe_code=factorised needs model.pe=sine_spe, got {cfg.model.pe}")
+        if self.model.cfg.is_spe and cfg.train.spe_code != "auto":
+            self.model.pe.contraction = cfg.train.spe_code             # "stored" or "factorised"
         self.optimizer = make_optimizer(self.model, cfg)
         self.ddp = (DistributedDataParallel(self.model, device_ids=[self.device.index]
                                             if self.device.type == "cuda" else None)

@@ -215,3 +215,29 @@ def test_data_parallel_two_processes(tmp_path, corpus_root):
     initial = MusicPerformer(ckpt.config.model_config(ckpt.tokenizer.vocab_size)).state_dict()
     assert not torch.equal(initial["embedding.weight"], rank0["embedding.weight"])  # it trained
     assert len(losses(out)) == 3 and all(math.isfinite(v) for v in losses(out))
+
+
+@pytest.mark.parametrize("spe_code, factorised", [("factorised", True), ("stored", False)])
+def test_spe_code_sets_how_the_code_is_applied(tmp_path, corpus_root, monkeypatch, spe_code, factorised):
+    from model.positional import StochasticPE
+
+    choices = []
+    original = StochasticPE._factorise
+
+    def recording(self, length, batch):
+        choices.append(original(self, length, batch))
+        return choices[-1]
+
+    monkeypatch.setattr(StochasticPE, "_factorise", recording)
+    config = config_file(tmp_path, corpus_root, train={"max_steps": 2, "eval_every": 0, "ckpt_every": 0,
+                                                       "batch_size": 1, "spe_code": spe_code})
+    assert train.main(["--config", str(config), "--out", str(tmp_path / "run")]) == 0
+    assert choices and set(choices) == {factorised}
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["train"]["spe_code"] == spe_code
+
+
+def test_factorised_spe_code_needs_sine_spe(tmp_path, corpus_root, capsys):
+    config = config_file(tmp_path, corpus_root, model={"pe": "conv_spe", "kernel_size": 5},
+                         train={"spe_code": "factorised"})
+    assert train.main(["--config", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert "spe_code" in capsys.readouterr().err

@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from model import positional
 from model.positional import CODE_BLOCK
+from spe import SharedCode
 from spe.contract import compiled_available
+from spe.factorised import FactorisedCode
 
 PATHS = ["torch", "factorised"] + (["compiled"] if compiled_available() else [])
 
@@ -81,3 +84,29 @@ def test_code_block_cache_follows_parameter_changes(make_model, tokens):
         back = last_logits()
     assert (first - changed).abs().max() > 1e-4
     torch.testing.assert_close(back, first)
+
+
+@pytest.mark.parametrize("pe, batch, grad, length, expected", [
+    ("sine_spe", 1, True, 16, FactorisedCode),                        # one sequence
+    ("sine_spe", 2, True, 16, SharedCode),                            # rows share the stored code
+    ("sine_spe", 1, False, CODE_BLOCK, FactorisedCode),               # a long forward without gradients
+    ("sine_spe", 1, False, 1, SharedCode),                            # a generation step: cached blocks
+    ("conv_spe", 1, True, 16, SharedCode),                            # no factored form
+])
+def test_default_contraction_choice(make_model, pe, batch, grad, length, expected):
+    model = make_model(pe, max_len=2 * CODE_BLOCK)
+    noise = model.draw_positional_noise(length)
+    with torch.set_grad_enabled(grad):
+        assert all(isinstance(code, expected) for code in model.pe.context(noise, 0, length, batch).codes)
+        model.pe.contraction = "stored"
+        assert isinstance(model.pe.context(noise, 0, length, batch=1).codes[0], SharedCode)
+
+
+def test_large_codes_are_factorised_by_default(make_model, monkeypatch):
+    model = make_model("sine_spe")
+    noise = model.draw_positional_noise(16)
+    code_bytes = 16 * model.cfg.d_model * model.cfg.num_realizations * 4   # one float32 code
+    monkeypatch.setattr(positional, "FACTORISED_CODE_BYTES", code_bytes - 1)
+    assert isinstance(model.pe.context(noise, 0, 16, batch=4).codes[0], FactorisedCode)
+    monkeypatch.setattr(positional, "FACTORISED_CODE_BYTES", code_bytes)
+    assert isinstance(model.pe.context(noise, 0, 16, batch=4).codes[0], SharedCode)

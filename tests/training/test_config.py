@@ -55,6 +55,8 @@ def test_bad_values_are_refused(tmp_path):
         load_config(write(tmp_path, {"train": {"lr": 1e-4, "min_lr": 1e-3}}))
     with pytest.raises(ValueError, match="precision"):
         load_config(write(tmp_path, {"train": {"precision": "fp8"}}))
+    with pytest.raises(ValueError, match="spe_code"):
+        load_config(write(tmp_path, {"train": {"spe_code": "fast"}}))
 
 
 def test_ints_are_accepted_for_floats(tmp_path):
