@@ -110,22 +110,18 @@ class SineSPE(nn.Module):
         index = positions[:, None] - positions[None, :] + length - 1    # (L, L): lag m - n, shifted
         return kernel[:, :, index]                                      # (H, D, L, L)
 
-    def _omegas(self, positions: torch.Tensor, heads_first: bool = False):
-        """Interleaved cos/sin features of the queries (with offsets) and keys, contiguous:
-        (L, H, D, 2K) each, or (H, L, D, 2K) if heads_first."""
-        cycles = self._cycles(positions)                                # (H, D, L, K)
-        if heads_first:
-            phases_k = 2 * math.pi * cycles.permute(0, 2, 1, 3)         # (H, L, D, K)
-            phases_q = phases_k + self.offsets[:, None]                 # (H, L, D, K)
-        else:
-            phases_k = 2 * math.pi * cycles.permute(2, 0, 1, 3)         # (L, H, D, K)
-            phases_q = phases_k + self.offsets                          # (L, H, D, K)
-        return _cos_sin(phases_q), _cos_sin(phases_k)                   # (..., 2K) each
+    def _omegas(self, positions: torch.Tensor):
+        """Interleaved cos/sin features of the queries (with offsets) and keys: (L, H, D, 2K) each."""
+        phases_k = 2 * math.pi * self._cycles(positions).permute(2, 0, 1, 3)  # (L, H, D, K)
+        phases_q = phases_k + self.offsets                              # (L, H, D, K)
+        omega_q = torch.stack([torch.cos(phases_q), torch.sin(phases_q)], dim=-1).flatten(-2)  # (L, H, D, 2K)
+        omega_k = torch.stack([torch.cos(phases_k), torch.sin(phases_k)], dim=-1).flatten(-2)  # (L, H, D, 2K)
+        return omega_q, omega_k
 
     def _rotated_omegas(self, start: int, length: int):
-        """`_omegas(start .. start+length-1, heads_first=True)` without autograd, as products of unit
-        complex numbers: exp(i 2 pi f (start + m T + l)) = exp(i 2 pi f (start + m T)) exp(i 2 pi f l)
-        for l < T = ROTATION_BLOCK, each factor's phase reduced in float64; one complex product per
+        """`_omegas(start .. start+length-1)` in the factored code's (H, L, D, 2K) layout, without
+        autograd, as products of unit complex numbers:
+        exp(i 2 pi f (start + m T + l)) = exp(i 2 pi f (start + m T)) exp(i 2 pi f l) for l < T = ROTATION_BLOCK, each factor's phase reduced in float64; one complex product per
         entry instead of a cos and a sin. The query table's coarse factor carries the offsets."""
         block = min(ROTATION_BLOCK, length)
         blocks = -(-length // block)
@@ -153,17 +149,6 @@ class SineSPE(nn.Module):
         freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
         cycles = freqs[:, :, None, :] * positions.double()[:, None]     # (H, D, L, K)
         return torch.frac(cycles).to(dtype or self.freqs.dtype)         # (-1, 1): the same cos / sin
-
-
-def _cos_sin(phases: torch.Tensor) -> torch.Tensor:
-    """Interleaved cos / sin of phases (..., K): (..., 2K), contiguous. Without autograd, written in
-    place (twice as fast as stacking, which matters for the factored code's long sequences)."""
-    if torch.is_grad_enabled() and phases.requires_grad:
-        return torch.stack([torch.cos(phases), torch.sin(phases)], dim=-1).flatten(-2)
-    out = phases.new_empty((*phases.shape, 2))                          # (..., K, 2)
-    torch.cos(phases, out=out[..., 0])
-    torch.sin(phases, out=out[..., 1])
-    return out.flatten(-2)
 
 
 def sine_code(omega: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
