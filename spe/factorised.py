@@ -75,7 +75,8 @@ class FactorisedCode:
         w = self.z if a is None else self.z * a[..., None, None]        # (H, D, 2K, R)
         free = None if noise is None else noise * c[..., None]          # (H, D, R)
         offsets = self.offsets if which == 0 else None                  # the keys' phases have none
-        return _FactorisedMix.apply(x, omega, w, free, self.freqs, offsets, self.start)
+        with torch.autocast(x.device.type, enabled=False):  # under autocast: products in the code's dtype
+            return _FactorisedMix.apply(x, omega, w, free, self.freqs, offsets, self.start)
 
 
 def _blocks(batch: int, positions: int):
@@ -113,6 +114,11 @@ class _FactorisedMix(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):                                            # grad: (B, S, H, R)
+        with torch.autocast(grad.device.type, enabled=False):
+            return _FactorisedMix._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad):
         x, omega, w, free = ctx.saved_tensors
         need_x, _, need_w, need_free, need_freqs, need_offsets, _ = ctx.needs_input_grad
         need_omega = need_freqs or need_offsets

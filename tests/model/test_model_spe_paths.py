@@ -110,3 +110,19 @@ def test_large_codes_are_factorised_by_default(make_model, monkeypatch):
     assert isinstance(model.pe.context(noise, 0, 16, batch=4).codes[0], FactorisedCode)
     monkeypatch.setattr(positional, "FACTORISED_CODE_BYTES", code_bytes)
     assert isinstance(model.pe.context(noise, 0, 16, batch=4).codes[0], SharedCode)
+
+
+@pytest.mark.parametrize("pe, path", PE_PATHS)
+def test_code_paths_run_under_bf16_autocast(make_model, tokens, pe, path):
+    """Training on CUDA autocasts to bf16 by default: every path runs under autocast (CPU's here),
+    gives finite gradients and stays near its float32 result."""
+    model = make_model(pe).train()
+    model.pe.contraction = path
+    noise = model.draw_positional_noise(tokens.shape[1])
+    with torch.no_grad():
+        reference = model(tokens, positional_noise=noise)[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens, positional_noise=noise)[0]
+    logits.float().square().mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert (logits.float() - reference).abs().max() <= 0.05 * reference.abs().max()
