@@ -17,10 +17,10 @@ The round trip MIDI -> ids -> Music is exact for notes on the 1/12-beat grid (ti
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterable
+import sys
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 import miditoolkit
-import muspy
 import numpy as np
 
 from groove.augment import Augmentation, AugmentedPiece, augment
@@ -49,6 +49,9 @@ from groove.vocab import (
 )
 from tokenization import BaseTokenizer, TokenizationError, load_midi, source_name
 
+if TYPE_CHECKING:  # imported where used: muspy loads music21 and pretty_midi, which encoding does not need
+    import muspy
+
 DECODE_PROGRAMS = (33, 0, 0)  # GM program of the decoded bass, drums, accompaniment tracks
 DECODE_VELOCITY = 80  # velocity of decoded notes (the format has none)
 DECODE_QPM = 120.0  # tempo written into decoded pieces (the format has none)
@@ -57,6 +60,7 @@ DEFAULT_VELOCITY = 64  # velocity given to muspy notes that have none, when conv
 
 def music_to_midi(music: muspy.Music) -> miditoolkit.MidiFile:
     """The same notes as a ``miditoolkit.MidiFile`` (ticks per beat = the Music's resolution)."""
+    import muspy
     midi = miditoolkit.MidiFile(ticks_per_beat=music.resolution or muspy.DEFAULT_RESOLUTION)
     for track in music.tracks:
         inst = miditoolkit.Instrument(program=track.program, is_drum=track.is_drum, name=track.name or "")
@@ -74,6 +78,7 @@ def music_to_midi(music: muspy.Music) -> miditoolkit.MidiFile:
 
 
 def notes_to_music(notes: Iterable[ClosedNote]) -> muspy.Music:
+    import muspy
     tracks = [
         muspy.Track(program=program, is_drum=role == DRUMS, name=name, notes=[])
         for role, (name, program) in enumerate(zip(TRACKS, DECODE_PROGRAMS))
@@ -122,7 +127,8 @@ class GrooveTokenizer(BaseTokenizer, token_format="groove"):
         return format_tokens()
 
     def _load(self, source: Any) -> miditoolkit.MidiFile:
-        if isinstance(source, muspy.Music):
+        muspy = sys.modules.get("muspy")  # a muspy.Music can only come from a program that imported it
+        if muspy is not None and isinstance(source, muspy.Music):
             return music_to_midi(source)
         return load_midi(source)
 
