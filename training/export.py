@@ -101,6 +101,15 @@ def training_record(run_dir: Path | None, up_to_step: int | None = None) -> dict
     return {"hours": (seconds + last) / 3600, "sessions": sessions, "val_loss": val_loss, "val_step": val_step}
 
 
+def trained_on(meta: dict[str, Any], sessions: int) -> str:
+    """", on <device>" (", the last on" after several sessions), from the checkpoint, or from its config
+    when the checkpoint predates that record; "" when neither says."""
+    device = meta.get("extra", {}).get("device")
+    if device is None:
+        device = {"cpu": "CPU", "cuda": "a GPU"}.get(meta["config"]["train"].get("device", "auto"))
+    return "" if device is None else f", {'the last ' if sessions > 1 else ''}on {device}"
+
+
 def model_card(title: str, meta: dict[str, Any], run_dir: Path | None, out: Path, sections: list[Path],
                notes: str) -> str:
     """The model card: what the model is, what it was trained on, how long, and how well it does."""
@@ -126,7 +135,8 @@ def model_card(title: str, meta: dict[str, Any], run_dir: Path | None, out: Path
              + f", transposition -{data['transpose']}..+{data['transpose']}.",
              f"- Training: {meta['step']:,} steps of batch {train['batch_size']} (AdamW, lr {train['lr']:g}, "
              f"warm-up {train['warmup_steps']}, cosine to {train['min_lr']:g} at step {train['max_steps']:,})"
-             + (f", {record['hours']:.1f} h over {record['sessions']} session(s) on CPU" if record else "") + ".",
+             + (f", {record['hours']:.1f} h over {record['sessions']} session(s)" if record else "")
+             + trained_on(meta, record.get("sessions", 1)) + ".",
              ]
     if record and not math.isnan(record["val_loss"]):
         lines.append(f"- Validation loss (crops, nats per token): {record['val_loss']:.3f} at step "

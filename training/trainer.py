@@ -101,6 +101,11 @@ class BatchStream:
         return iter(loader)
 
 
+def device_label(device: torch.device) -> str:
+    """What the model cards say a run trained on: "CPU" or the GPU's name."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+
+
 class Trainer:
     """One training run (one process of it under torchrun)."""
 
@@ -173,7 +178,7 @@ class Trainer:
                             step=self.step, epoch=self.stream.epoch, optimizer=self.optimizer,
                             scheduler={"kind": "warmup_cosine", "step": self.step,
                                        "lr": learning_rate(self.step, self.cfg)},
-                            extra={"position": self.stream.position}, rng=rng,
+                            extra={"position": self.stream.position, "device": device_label(self.device)}, rng=rng,
                             keep=self.cfg.train.keep_checkpoints)
         self.dist.barrier()
 

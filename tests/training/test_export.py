@@ -13,7 +13,7 @@ from apps.export import main
 from remi import REMITokenizer
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.config import RunConfig, apply_overrides
-from training.export import training_record
+from training.export import trained_on, training_record
 from model import MusicPerformer
 
 TINY = ["model.n_layer=2", "model.n_head=2", "model.d_model=32", "model.d_ff=64", "model.dropout=0.0",
@@ -68,7 +68,7 @@ def test_exported_model_loads_predicts_the_same_and_has_a_card(tmp_path):
     assert (expected - got).abs().max() < 0.05  # bf16 weights: a few 1e-3 of relative error
 
     card = (out / "README.md").read_text()
-    assert card.startswith("# Tiny test model") and "1.5 h over 2 session(s)" in card
+    assert card.startswith("# Tiny test model") and "1.5 h over 2 session(s)." in card  # device: auto
     assert "2.250 at step 4" in card and "| polyphony | 3.1 | 3.7 |" in card
 
 
@@ -107,3 +107,11 @@ def test_sampling_defaults_can_be_set_at_export_and_nothing_else(tmp_path, capsy
     assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "o2"), "--title", "t",
                  "--set", "model.n_layer=3"]) == 2
     assert "only the sampling defaults" in capsys.readouterr().err
+
+
+def test_card_names_the_device_trained_on():
+    recorded = {"extra": {"position": 0, "device": "NVIDIA H200"}, "config": {"train": {"device": "auto"}}}
+    assert trained_on(recorded, 1) == ", on NVIDIA H200"
+    assert trained_on({"extra": {}, "config": {"train": {"device": "cpu"}}}, 3) == ", the last on CPU"
+    assert trained_on({"config": {"train": {"device": "cuda"}}}, 1) == ", on a GPU"
+    assert trained_on({"config": {"train": {"device": "auto"}}}, 1) == ""
