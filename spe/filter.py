@@ -84,6 +84,10 @@ class SPEFilter(nn.Module):
         queries, keys = queries.reshape(flat), keys.reshape(flat)       # (B, S, H, D)
         positional, gate_noise, free = self._gate_terms(gate_noise, code.shape[-1])
         if flat[1] == 1 and not torch.is_grad_enabled():                # a recurrent step
+            if gated_compiled(positions[0], code.backend):              # one kernel call per code
+                gate = None if positional is None else (positional, free, gate_noise)
+                return (gated_contract(queries, positions[0], gate, code.backend),   # (B, 1, H, R)
+                        gated_contract(keys, positions[1], gate, code.backend))
             return _mix_one_position(queries, keys, positions, positional, gate_noise, free)
         qhat = _MixSharedCode.apply(queries, code.link, positional, gate_noise, free, code, 0)
         khat = _MixSharedCode.apply(keys, code.link, positional, gate_noise, free, code, 1)

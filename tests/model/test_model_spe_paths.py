@@ -50,8 +50,10 @@ def test_factorised_contraction_needs_sine_spe(make_model, tokens):
 
 
 @pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
-def test_steps_across_code_blocks_equal_parallel_forward(make_model, pe):
+@pytest.mark.parametrize("backend", STORED)  # a step's mix: one compiled call per code, or PyTorch ops
+def test_steps_across_code_blocks_equal_parallel_forward(make_model, pe, backend):
     model = make_model(pe, max_len=2 * CODE_BLOCK + 8)
+    model.pe.contraction = backend
     tokens = torch.randint(0, model.cfg.vocab_size, (2, CODE_BLOCK + 9),
                            generator=torch.Generator().manual_seed(4))
     noise = model.draw_positional_noise(tokens.shape[1])
