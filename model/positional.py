@@ -19,6 +19,7 @@ Vocabulary (the same words in model/, spe/ and docs/architecture.md):
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Union
 
@@ -239,10 +240,7 @@ class StochasticPE(PositionalEncoding):
         if len(noise.code_noises) != len(self.spes) or (noise.gate_noises is None) == self.gated:
             raise ValueError("this positional noise was drawn for another SPE configuration "
                              "(share_pe / gated differ)")
-        device_type = noise.code_noises[0].device.type
-        if not torch.is_autocast_enabled(device_type):
-            return self._context(noise, start, length, batch)
-        with torch.autocast(device_type, enabled=False):                # codes in full precision
+        with autocast_off(noise.code_noises[0].device.type):           # codes in full precision
             return self._context(noise, start, length, batch)
 
     def _context(self, noise: PositionalNoise, start: int, length: int, batch: int) -> SPEContext:
@@ -305,12 +303,16 @@ class StochasticPE(PositionalEncoding):
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         code = context.codes[0] if len(context.codes) == 1 else context.codes[layer]
         gate_noise = None if context.gate_noises is None else context.gate_noises[layer]
-        if not torch.is_autocast_enabled(q.device.type):
-            return self.filters[layer](q, k, code, gate_noise=gate_noise)  # (B, N, H, R) each
         # under autocast (bf16 training on CUDA) the code and its products stay in float32 at least
         dtype = torch.promote_types(q.dtype, torch.float32)
-        with torch.autocast(q.device.type, enabled=False):
-            return self.filters[layer](q.to(dtype), k.to(dtype), code, gate_noise=gate_noise)
+        with autocast_off(q.device.type):
+            return self.filters[layer](q.to(dtype), k.to(dtype), code, gate_noise=gate_noise)  # (B, N, H, R)
+
+
+def autocast_off(device_type: str):
+    """A context with autocast off on `device_type`; a plain no-op one when it is off already (a
+    generation step enters it seven times)."""
+    return torch.autocast(device_type, enabled=False) if torch.is_autocast_enabled(device_type) else nullcontext()
 
 
 class SineStochasticPE(StochasticPE):
