@@ -7,6 +7,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from spe.contract import compiled_kernels
+
 Size = Union[int, Sequence[int]]
 
 _CONV_MODULES = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
@@ -89,21 +91,13 @@ class ConvSPE(nn.Module):
                                  f"{drawn} positions this noise was drawn for")
             window.append(slice(s, s + n + p - 1))
         z = noise[tuple(window)]                                        # (R, H*D, *(size + P - 1))
-        r = noise.shape[0]
-        dims = tuple(range(2, self.ndim + 2))
-        fft_size = [_fft_size(n) for n in z.shape[2:]]                  # >= size + P - 1: no wrap-around
-        z_f = torch.fft.rfftn(z, s=fft_size, dim=dims)                  # (R, H*D, *F'), shared by q and k
-        scale = (r * self.in_features) ** 0.25
-        order = (*range(2, self.ndim + 2), 1, 0)                        # (*size, H*D, R)
-        out_shape = (1, *size, self.num_heads, self.in_features, r)
-        crop = (slice(None), slice(None), *(slice(0, n) for n in size))
-        pair = []  # cross-correlation with phi: multiply by the conjugate spectrum
-        for conv in (self.conv_q, self.conv_k):
-            filt = conv.weight[:, 0] / scale                            # (H*D, *P): phi / (R D)^(1/4)
-            filt_f = torch.fft.rfftn(filt, s=fft_size, dim=tuple(d - 1 for d in dims))  # (H*D, *F')
-            corr = torch.fft.irfftn(z_f * filt_f.conj(), s=fft_size, dim=dims)[crop]  # (R, H*D, *size)
-            pair.append(corr.permute(order).contiguous().view(out_shape))  # (1, *size, H, D, R)
-        return pair[0], pair[1]
+        fft_size = tuple(_fft_size(n) for n in z.shape[2:])             # >= size + P - 1: no wrap-around
+        z_f = _padded_rfft(z, fft_size)                                 # (R, H*D, *F'), shared by q and k
+        scale = (z.shape[0] * self.in_features) ** 0.25
+        filters = [conv.weight[:, 0] / scale for conv in (self.conv_q, self.conv_k)]  # (H*D, *P) each
+        qbar, kbar = _FilteredNoise.apply(z_f, fft_size, size, *filters)  # (S, H*D, R) each
+        out_shape = (1, *size, self.num_heads, self.in_features, z.shape[0])
+        return qbar.view(out_shape), kbar.view(out_shape)
 
     def expected_template(self, length: Size) -> torch.Tensor:
         """Exact R -> infinity kernel P_d(m, n) over the flattened positions: (H, D, S, S), S = prod(length)."""
@@ -144,3 +138,80 @@ def _fft_size(n: int) -> int:
         if rest == 1:
             return n
         n += 1
+
+
+class _FilteredNoise(torch.autograd.Function):
+    """Both codes from the noise spectrum, positions first: cross-correlation with each filter as a
+    product by its conjugate spectrum, then one inverse FFT.
+
+    Forward: z_f (R, C, *F') (the noise's spectrum, no gradient), fft_size, size, filters (C, *P) ->
+    (S, C, R) per filter, contiguous (S = prod(size); C = H*D). Backward: grad_filter[c, p] =
+    sum_{r, m} g[m, c, r] z[r, c, m + p], i.e. the inverse FFT of sum_r z_f[r, c] conj(g_f[r, c]),
+    cropped to the filter: one FFT per code gradient and no (R, C, *F') product kept in the graph.
+    """
+
+    @staticmethod
+    def forward(ctx, z_f, fft_size, size, *filters):
+        ndim = len(size)
+        dims = tuple(range(2, ndim + 2))
+        ctx.save_for_backward(z_f)
+        ctx.fft_size, ctx.size, ctx.kernel_size = fft_size, size, filters[0].shape[1:]
+        crop = (slice(None), slice(None), *(slice(0, n) for n in size))
+        product = torch.empty_like(z_f)                                 # reused by the filters
+        codes = []
+        for filt in filters:
+            filt_f = torch.fft.rfftn(filt, s=fft_size, dim=tuple(d - 1 for d in dims))  # (C, *F')
+            torch.mul(z_f, filt_f.conj(), out=product)                  # (R, C, *F')
+            corr = torch.fft.irfftn(product, s=fft_size, dim=dims)[crop]  # (R, C, *size)
+            codes.append(swap_outer(corr.reshape(*corr.shape[:2], -1)))  # (S, C, R)
+        return tuple(codes)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads):                                          # (S, C, R) each, or None
+        (z_f,) = ctx.saved_tensors
+        size, fft_size = ctx.size, ctx.fft_size
+        dims = tuple(range(2, len(size) + 2))
+        crop = (slice(None), *(slice(0, p) for p in ctx.kernel_size))
+        grad_filters = []
+        for grad in grads:
+            if grad is None:
+                grad_filters.append(None)
+                continue
+            if len(size) == 1:                                          # swapped into the padded signal
+                g = grad.new_empty(*z_f.shape[:2], *fft_size)           # (R, C, L)
+                swap_outer(grad, out=g[..., :size[0]])
+                g[..., size[0]:].zero_()
+                g_f = torch.fft.rfft(g)                                 # (R, C, F')
+            else:
+                g_f = _padded_rfft(swap_outer(grad).view(*z_f.shape[:2], *size), fft_size)  # (R, C, *F')
+            spectrum = z_f[0] * g_f[0].conj()                           # (C, *F'): sum over r
+            for r in range(1, z_f.shape[0]):
+                spectrum.addcmul_(z_f[r], g_f[r].conj())
+            corr = torch.fft.irfftn(spectrum, s=fft_size, dim=tuple(d - 1 for d in dims))  # (C, *fft_size)
+            grad_filters.append(corr[crop])                             # (C, *P)
+        return (None, None, None, *grad_filters)
+
+
+def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(A, C, B) -> (B, C, A): a new contiguous tensor, or written into `out` (its last dimension
+    contiguous). The compiled tiled copy on CPU (float32 / float64), torch's permuted copy otherwise
+    (equal values)."""
+    kernels = compiled_kernels()
+    if kernels is not None and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        return kernels.swap_outer(x, out)
+    if out is None:
+        return x.permute(2, 1, 0).contiguous()
+    return out.copy_(x.permute(2, 1, 0))
+
+
+def _padded_rfft(x: torch.Tensor, fft_size: Tuple[int, ...]) -> torch.Tensor:
+    """rfftn over the trailing len(fft_size) dimensions of x, zero-padded to fft_size. In 1-D the
+    signal is copied into a padded buffer first (what rfft's own padding does with an extra pass)."""
+    if len(fft_size) > 1:
+        return torch.fft.rfftn(x, s=fft_size, dim=tuple(range(x.dim() - len(fft_size), x.dim())))
+    n = x.shape[-1]
+    padded = x.new_empty(*x.shape[:-1], fft_size[0])
+    padded[..., :n].copy_(x)
+    padded[..., n:].zero_()
+    return torch.fft.rfft(padded)

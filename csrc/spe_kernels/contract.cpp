@@ -1,5 +1,6 @@
 // CPU kernels of SPE's per-position code contraction (spe/contract.py is the reference), plain and
-// gated, and the module's bindings (the sineSPE code kernels are in sine.cpp).
+// gated, and the module's bindings (the sineSPE code kernels are in sine.cpp, convSPE's layout
+// kernel in layout.cpp).
 //
 //   forward:    out[b, s, h, r]  = sum_d x[b, s, h, d] code[s, h, d, r]
 //   backward:   gx[b, s, h, d]   = sum_r g[b, s, h, r] code[s, h, d, r]
@@ -17,6 +18,7 @@ namespace spe_detail {
 
 at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z);                      // sine.cpp
 std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor& omega, const at::Tensor& z);
+at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out);                   // layout.cpp
 
 namespace {
 
@@ -354,6 +356,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &contract_backward, "gx[b,s,h,d] = sum_r g[b,s,h,r] code[s,h,d,r]");
   m.def("sine_code", &sine_code, "code[s,h,d,r] = sum_j omega[s,h,d,j] z[h,d,j,r]");
   m.def("sine_code_backward", &sine_code_backward, "(grad_omega, grad_z) of sine_code");
+  m.def("swap_outer", &swap_outer, "out[b,c,a] = x[a,c,b]: (A, C, B) -> (B, C, A), new or into out",
+        py::arg("x"), py::arg("out") = py::none());
   m.def("accumulate", &contract_accumulate_scaled,
         "buf[s,h,d,r] += sum_t sum_b x_t[b,s,h,d] (scale_t[h,d]) g_t[b,s,h,r]", py::arg("buf"), py::arg("xs"),
         py::arg("grads"), py::arg("scales") = std::vector<c10::optional<at::Tensor>>());

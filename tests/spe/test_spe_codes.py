@@ -6,7 +6,10 @@ import math
 import pytest
 import torch
 
+import spe.conv
 from spe import ConvSPE, SineSPE
+from spe.contract import compiled_kernels
+from spe.conv import _FilteredNoise, _fft_size, swap_outer
 
 H, D = 2, 3
 
@@ -122,6 +125,51 @@ def test_conv_codes_equal_direct_grouped_convolution(ndim, kernel, length):
         direct = conv(noise).detach() / scale                           # (R, H*D, *length)
         direct = direct.permute(*range(2, ndim + 2), 1, 0)              # (*length, H*D, R)
         torch.testing.assert_close(code[0].flatten(-3, -2).detach(), direct, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+@pytest.mark.parametrize("ndim, kernel, length", [(1, 7, 20), (2, (3, 4), (6, 5))])
+def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, length, compiled, monkeypatch):
+    """The FFT path's own backward (one FFT per code gradient, summed over realisations in the
+    spectrum) gives the filters the gradients autograd gives the direct grouped convolution."""
+    if compiled and compiled_kernels() is None:
+        pytest.skip("spe_kernels is not installed (the torch layout path is tested alone)")
+    if not compiled:
+        monkeypatch.setattr(spe.conv, "compiled_kernels", lambda: None)
+    torch.manual_seed(6)
+    pe = ConvSPE(ndim, H, D, 8, kernel).double()
+    noise = pe.draw_noise(length)
+    qbar, kbar = pe.codes(noise, (0,) * ndim, length)
+    weights = torch.randn(2, *qbar.shape, dtype=torch.float64)
+    params = [pe.conv_q.weight, pe.conv_k.weight]
+    grads = torch.autograd.grad((qbar * weights[0]).sum() + (kbar * weights[1]).sum(), params)
+    scale = (8 * D) ** 0.25
+    loss = 0
+    for weight, conv in zip(weights, (pe.conv_q, pe.conv_k)):
+        direct = (conv(noise) / scale).permute(*range(2, ndim + 2), 1, 0)  # (*length, H*D, R)
+        loss = loss + (direct * weight[0].flatten(-3, -2)).sum()
+    expected = torch.autograd.grad(loss, params)
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9)
+    z_f = spe.conv._padded_rfft(noise, tuple(_fft_size(n) for n in noise.shape[2:]))
+    filters = [p.detach()[:, 0].clone().requires_grad_() for p in params]
+    fft_size = tuple(_fft_size(n) for n in noise.shape[2:])
+    size = (length,) if ndim == 1 else length
+    assert torch.autograd.gradcheck(lambda fq, fk: _FilteredNoise.apply(z_f, fft_size, size, fq, fk), filters)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_swap_outer_equals_permuted_copy(dtype):
+    if compiled_kernels() is None:
+        pytest.skip("spe_kernels is not installed")
+    x = torch.randn(37, 5, 70, dtype=dtype)[:, :, 3:68]                  # (A, C, B), strided
+    expected = x.permute(2, 1, 0).contiguous()
+    assert torch.equal(swap_outer(x), expected)
+    buffer = torch.zeros(65, 5, 40, dtype=dtype)
+    swap_outer(x, out=buffer[..., :37])                                  # into a padded buffer
+    assert torch.equal(buffer[..., :37], expected) and not buffer[..., 37:].any()
+    with pytest.raises(RuntimeError, match="out must be"):
+        swap_outer(x, out=torch.empty(65, 5, 36, dtype=dtype))
 
 
 @pytest.mark.parametrize("make_pe", [lambda: SineSPE(H, D, 16, 2), lambda: ConvSPE(1, H, D, 16, 4)])
