@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench.timing import CONTRACTIONS, VOCAB, run_isolated, time_training
+from bench.timing import CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, time_training, use_allocator
 from model import ModelConfig, MusicPerformer, token_loss
 from model.positional import sinusoids
 
@@ -67,6 +67,7 @@ class SoftmaxTransformer(nn.Module):
 
 
 def worker(spec: dict) -> dict:
+    use_allocator(spec["allocator"])
     torch.manual_seed(0)
     if spec["model"] == "softmax":
         model = SoftmaxTransformer(spec["layers"], spec["d_model"])
@@ -94,6 +95,7 @@ def main() -> None:
     parser.add_argument("--contraction", choices=CONTRACTIONS,
                         help="how SPE applies its code (default: chosen per call; see bench/README)")
     parser.add_argument("--skip-softmax", action="store_true")
+    add_allocator_option(parser)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -109,10 +111,12 @@ def main() -> None:
         for key in results:
             spec = {"model": key[0], "length": key[1], "pe": args.pe, "layers": args.layers,
                     "d_model": args.d_model, "tokens": args.tokens, "steps": args.steps,
-                    "attention": args.attention, "contraction": args.contraction}
+                    "attention": args.attention, "contraction": args.contraction,
+                    "allocator": args.allocator}
             results[key].append(run_isolated(__spec__.name, spec))
     print(f"{args.layers} layers, d_model {args.d_model}, {args.tokens} tokens per batch, performer "
-          f"pe {args.pe} attention {args.attention}, contraction {args.contraction or 'auto'}, {torch.get_num_threads()} threads, medians of "
+          f"pe {args.pe} attention {args.attention}, contraction {args.contraction or 'auto'}, allocator {args.allocator}, "
+          f"{torch.get_num_threads()} threads, medians of "
           f"{args.repeats} processes x {args.steps} steps")
     shortest, longest = min(args.lengths), max(args.lengths)
     for name in models:

@@ -13,7 +13,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.timing import CONTRACTIONS, VOCAB, training_step
+from bench.timing import CONTRACTIONS, VOCAB, add_allocator_option, training_step, use_allocator
 from model import ModelConfig, MusicPerformer
 
 
@@ -26,7 +26,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--contraction", choices=CONTRACTIONS)
     parser.add_argument("--rows", type=int, default=15, help="operators to list")
+    add_allocator_option(parser)
     args = parser.parse_args()
+    use_allocator(args.allocator)
 
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=VOCAB, n_layer=args.layers, n_head=8, d_model=args.d_model,

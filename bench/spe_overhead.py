@@ -19,13 +19,14 @@ import statistics
 
 import torch
 
-from bench.timing import CONTRACTIONS, VOCAB, run_isolated, time_training
+from bench.timing import CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, time_training, use_allocator
 from model import ModelConfig, MusicPerformer
 
 VARIANTS = ("ape", "sine_spe", "conv_spe")
 
 
 def worker(spec: dict) -> dict:
+    use_allocator(spec["allocator"])
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=VOCAB, n_layer=spec["layers"], n_head=8, d_model=spec["d_model"],
                       d_ff=4 * spec["d_model"], pe=spec["pe"], gated=True, share_pe=True,
@@ -61,6 +62,7 @@ def main() -> None:
     parser.add_argument("--contraction", choices=CONTRACTIONS,
                         help="how SPE applies its code (default: chosen per call; autograd: the plain "
                              "per-layer tuple path, for before/after comparisons; factorised: sine only)")
+    add_allocator_option(parser)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -74,12 +76,13 @@ def main() -> None:
             pe, _, contraction = variant.partition("@")
             spec = {"pe": pe, "layers": args.layers, "d_model": args.d_model, "length": args.length,
                     "batch": args.batch, "steps": args.steps, "attention": args.attention,
-                    "contraction": contraction or args.contraction}
+                    "contraction": contraction or args.contraction, "allocator": args.allocator}
             runs[variant].append(run_isolated(__spec__.name, spec))
     medians = {pe: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                for pe, rs in runs.items()}
     print(f"{args.layers} layers, d_model {args.d_model}, N {args.length}, batch {args.batch}, "
-          f"attention {args.attention}, contraction {args.contraction or 'auto'}, {torch.get_num_threads()} threads, "
+          f"attention {args.attention}, contraction {args.contraction or 'auto'}, allocator {args.allocator}, "
+          f"{torch.get_num_threads()} threads, "
           f"medians of {args.repeats} processes x {args.steps} steps")
     for pe, m in medians.items():
         print(f"  {pe:20s} step {m['seconds']:.3f} s wall, {m['cpu_seconds']:.3f} s CPU   peak RSS "

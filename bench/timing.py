@@ -17,6 +17,8 @@ from typing import Callable
 
 import torch
 
+from training.memory import ALLOCATORS, reuse_freed_memory
+
 VOCAB = 340  # about the REMI vocabulary
 CONTRACTIONS = ("compiled", "torch", "factorised", "autograd")  # StochasticPE.contraction choices
 REPO = Path(__file__).resolve().parent.parent  # the repository root (workers run from there)
@@ -55,6 +57,20 @@ def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> d
     peak = peak_rss_mb()
     return {"seconds": statistics.median(wall), "cpu_seconds": statistics.median(cpu),
             "peak_mb": peak, "extra_mb": peak - baseline}
+
+
+def add_allocator_option(parser) -> None:
+    """--allocator, for the scripts that time training steps in worker processes."""
+    parser.add_argument("--allocator", choices=ALLOCATORS, default="system",
+                        help="CPU allocator of the timed processes: system (glibc's defaults, as "
+                             "train.py by default) or reuse (glibc keeps freed memory for the next "
+                             "step, as train.py with train.cpu_allocator=reuse; training/memory.py)")
+
+
+def use_allocator(name: str) -> None:
+    """Set up the process' allocator as named by --allocator (call before building the model)."""
+    if name == "reuse":
+        reuse_freed_memory()
 
 
 def run_isolated(module: str, spec: dict) -> dict:

@@ -25,6 +25,7 @@ from data.kinds import CORPUS_KINDS, check_kind_format
 from generation.sampling import NUCLEUS_SCOPES
 from model import DEVICE_NAMES, ModelConfig
 from tokenization import token_formats
+from training.memory import ALLOCATORS
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the YAML files shipped with the repo
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -90,6 +91,10 @@ class TrainConfig:
     # factorised (sineSPE only: less memory, linear in the length); bench/README.md has the figures
     spe_code: str = "auto"
     num_workers: int = 0  # DataLoader worker processes per training process
+    # CPU only: "system" (glibc's defaults) or "reuse": glibc keeps freed memory for the next step,
+    # no page faults on the large tensors each step allocates again, faster for SPE, at the price of
+    # some peak memory (training/memory.py; both measured in bench/README.md)
+    cpu_allocator: str = "system"
 
     def validate(self) -> None:
         for name in ("batch_size", "max_steps", "eval_batches", "log_every"):
@@ -99,6 +104,7 @@ class TrainConfig:
             _at_least(f"train.{name}", getattr(self, name), 0)
         if self.max_epochs is not None:
             _at_least("train.max_epochs", self.max_epochs, 1)
+        _choice("train.cpu_allocator", self.cpu_allocator, ALLOCATORS)
         if not 0.0 < self.lr or not 0.0 <= self.min_lr <= self.lr:
             raise ValueError(f"train.lr must be > 0 and 0 <= train.min_lr <= train.lr, "
                              f"got lr={self.lr}, min_lr={self.min_lr}")

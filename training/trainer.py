@@ -31,6 +31,7 @@ from model import IGNORE_INDEX, MusicPerformer, resolve_device
 from training.checkpoint import capture_rng, read_meta, restore_rng, restore_training, save_checkpoint
 from training.config import RunConfig
 from training.distributed import DistEnv
+from training.memory import reuse_freed_memory
 from training.runlog import RunLog, Window
 
 logger = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ class Trainer:
         self.cfg, self.corpus, self.out, self.dist = cfg, corpus, out, dist_env
         self.is_main = dist_env.rank == 0
         self.device = resolve_device(cfg.train.device, dist_env.local_rank)
+        if self.device.type == "cpu" and cfg.train.cpu_allocator == "reuse" and reuse_freed_memory():
+            logger.info("CPU allocator: freed memory kept for reuse (train.cpu_allocator=reuse)")
         self.bf16 = cfg.train.precision == "bf16" or (cfg.train.precision == "auto"
                                                       and self.device.type == "cuda")
         self.tokenizer = corpus.tokenizer

@@ -57,6 +57,8 @@ def test_bad_values_are_refused(tmp_path):
         load_config(write(tmp_path, {"train": {"precision": "fp8"}}))
     with pytest.raises(ValueError, match="spe_code"):
         load_config(write(tmp_path, {"train": {"spe_code": "fast"}}))
+    with pytest.raises(ValueError, match="cpu_allocator"):
+        load_config(write(tmp_path, {"train": {"cpu_allocator": "jemalloc"}}))
 
 
 def test_ints_are_accepted_for_floats(tmp_path):
