@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
+from spe.contract import compiled_step, gated_compiled
 from spe.factorised import FactorisedCode
 from spe.filter import Code  # (qbar, kbar), each (1, N, H, D, R)
 
@@ -51,6 +52,9 @@ class PositionalNoise:
 class SPEContext:
     codes: list[SharedCode | FactorisedCode | Code]  # one code per generator at the pass's positions
     gate_noises: list[torch.Tensor] | None  # per layer (H, D, R) gate noise; None when ungated
+    # a generation step's fast path (`queries_keys`): (qbar, kbar), each (1, H, D, R), of the one shared
+    # code, checked once for the compiled kernel and the dtypes; None when it does not apply
+    step: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
@@ -244,6 +248,11 @@ class StochasticPE(PositionalEncoding):
             return self._context(noise, start, length, batch)
 
     def _context(self, noise: PositionalNoise, start: int, length: int, batch: int) -> SPEContext:
+        if length == 1 and not torch.is_grad_enabled() and len(self.spes) == 1 \
+                and self.contraction in (None, "stored", "compiled"):
+            context = self._step_context(noise, start)
+            if context is not None:
+                return context
         if self._factorise(length, batch):
             return SPEContext(codes=[spe.factorised(n, start, length)
                                      for spe, n in zip(self.spes, noise.code_noises)],
@@ -254,6 +263,20 @@ class StochasticPE(PositionalEncoding):
             backend = None if self.contraction == "stored" else self.contraction
             codes = [SharedCode(qbar, kbar, backend) for qbar, kbar in codes]
         return SPEContext(codes=codes, gate_noises=noise.gate_noises)
+
+    def _step_context(self, noise: PositionalNoise, start: int) -> SPEContext | None:
+        """A generation step's context with SPEContext.step set, when one shared code goes through the
+        compiled kernel and the gates have the code's dtype (then `queries_keys` skips the filters'
+        Python checks, which cost a generation step more than the kernel), else None."""
+        qbar, kbar = self._code(0, noise, start, 1)                     # (1, 1, H, D, R) each, of the block
+        step = (qbar[0], kbar[0])                                       # (1, H, D, R) each, contiguous
+        if not gated_compiled(step[0]):
+            return None
+        dtype = step[0].dtype
+        if any(f.gate.dtype != dtype for f in self.filters if f.gated) or \
+                any(n.dtype != dtype for n in noise.gate_noises or ()):
+            return None
+        return SPEContext(codes=[(qbar, kbar)], gate_noises=noise.gate_noises, step=step)
 
     def _factorise(self, length: int, batch: int) -> bool:
         """Whether this pass applies the code in factored form (`spe.factorised`): when asked to, or
@@ -301,12 +324,18 @@ class StochasticPE(PositionalEncoding):
 
     def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor, context: SPEContext
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        code = context.codes[0] if len(context.codes) == 1 else context.codes[layer]
         gate_noise = None if context.gate_noises is None else context.gate_noises[layer]
+        step = context.step
+        if step is not None and q.dtype == step[0].dtype and k.dtype == step[0].dtype:
+            a, eps, c = self.filters[layer].gate_terms(gate_noise, self.num_realizations)
+            return compiled_step(q, k, step, None if a is None else (a, c, eps))  # (B, 1, H, R) each
+        code = context.codes[0] if len(context.codes) == 1 else context.codes[layer]
         # under autocast (bf16 training on CUDA) the code and its products stay in float32 at least
         dtype = torch.promote_types(q.dtype, torch.float32)
+        if q.dtype != dtype or k.dtype != dtype:
+            q, k = q.to(dtype), k.to(dtype)
         with autocast_off(q.device.type):
-            return self.filters[layer](q.to(dtype), k.to(dtype), code, gate_noise=gate_noise)  # (B, N, H, R)
+            return self.filters[layer](q, k, code, gate_noise=gate_noise)  # (B, N, H, R)
 
 
 def autocast_off(device_type: str):

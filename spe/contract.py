@@ -138,13 +138,42 @@ def gated_contract(x: torch.Tensor, code: torch.Tensor, gate: Gate | None = None
     if gate is not None:
         _check_gate(gate, code)
     if gated_compiled(code, backend):
-        a, c, noise = (None, None, None) if gate is None else (t.to(code.dtype) for t in gate)
-        return _compiled.gated_forward(x.to(code.dtype), code, a, c, noise)
+        a, c, noise = (None, None, None) if gate is None else _as_dtype(gate, code.dtype)
+        return _compiled.gated_forward(_as_dtype((x,), code.dtype)[0], code, a, c, noise)
     if gate is None:
         return contract(x, code, backend)
     a, c, noise = gate
     out = contract(x * a, code, backend)                                   # (B, S, H, R)
     return out + torch.einsum("bshd,hdr->bshr", x * c, noise).to(out.dtype)
+
+
+def gated_contract_pair(queries: torch.Tensor, keys: torch.Tensor, codes: tuple[torch.Tensor, torch.Tensor],
+                        gate: Gate | None = None, backend: str | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gated_contract(queries, qbar, gate), gated_contract(keys, kbar, gate)) for codes (qbar, kbar),
+    checked and converted once for both (generation steps call it in every layer)."""
+    qbar, kbar = codes
+    if keys.shape != queries.shape or kbar.shape != qbar.shape or not kbar.is_contiguous():
+        raise ValueError(f"queries and keys, qbar and kbar must have the same shapes (contiguous codes), got "
+                         f"{tuple(queries.shape)}, {tuple(keys.shape)}, {tuple(qbar.shape)}, {tuple(kbar.shape)}")
+    if not gated_compiled(qbar, backend):
+        return gated_contract(queries, qbar, gate, backend), gated_contract(keys, kbar, gate, backend)
+    _check(queries, qbar, qbar.shape[2], "queries")
+    if gate is not None:
+        _check_gate(gate, qbar)
+    a, c, noise = (None, None, None) if gate is None else _as_dtype(gate, qbar.dtype)
+    queries, keys = _as_dtype((queries, keys), qbar.dtype)
+    return _compiled.gated_forward(queries, qbar, a, c, noise), _compiled.gated_forward(keys, kbar, a, c, noise)
+
+
+def compiled_step(queries: torch.Tensor, keys: torch.Tensor, codes: tuple[torch.Tensor, torch.Tensor],
+                  gate: Gate | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`gated_contract_pair` through the compiled kernel without the Python checks, for a caller that
+    made sure once that the backend is compiled and that the gate has the codes' dtype (the model's
+    generation steps, where the checks cost more than the kernel); the kernel still checks shapes
+    and dtypes (RuntimeError)."""
+    a, c, noise = (None, None, None) if gate is None else gate
+    return _compiled.gated_forward(queries, codes[0], a, c, noise), _compiled.gated_forward(keys, codes[1], a, c, noise)
 
 
 def gated_contract_backward(grad: torch.Tensor, x: torch.Tensor, code: torch.Tensor,
@@ -196,6 +225,14 @@ def gate_backward(x, grad, grad_xa, a, noise, c, need_x, need_a, need_noise, nee
         if grad_xc is not None:
             grad_x = grad_x + grad_xc * c
     return grad_x, grad_a, grad_noise, grad_c
+
+
+def _as_dtype(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """The tensors in `dtype`, as they are when they have it already (a generation step calls this
+    for every layer: the no-op conversions were a fifth of the filters' Python time)."""
+    if all(t.dtype == dtype for t in tensors):
+        return tensors
+    return tuple(t.to(dtype) for t in tensors)
 
 
 def _check_gate(gate: Gate, code: torch.Tensor) -> None:

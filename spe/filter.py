@@ -6,7 +6,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from spe.contract import gate_backward, gated_compiled, gated_contract, gated_contract_backward
+from spe.contract import gate_backward, gated_compiled, gated_contract, gated_contract_backward, gated_contract_pair
 from spe.factorised import FactorisedCode
 from spe.shared import SharedCode
 
@@ -69,7 +69,7 @@ class SPEFilter(nn.Module):
         code_flat = (positions, *qbar.shape[-3:])
         queries, keys = queries.reshape(flat), keys.reshape(flat)       # (B, S, H, D)
         qbar, kbar = qbar.reshape(code_flat), kbar.reshape(code_flat)   # (S, H, D, R)
-        positional, gate_noise, free = self._gate_terms(gate_noise, qbar.shape[-1])
+        positional, gate_noise, free = self.gate_terms(gate_noise, qbar.shape[-1])
         qhat = _mix_code(queries, qbar, positional, gate_noise, free)
         khat = _mix_code(keys, kbar, positional, gate_noise, free)
         out_shape = (queries.shape[0], *size, *qhat.shape[-2:])
@@ -82,12 +82,11 @@ class SPEFilter(nn.Module):
         positions = code.positions(size)                                # checks the size
         flat = (queries.shape[0], positions[0].shape[0], *queries.shape[-2:])
         queries, keys = queries.reshape(flat), keys.reshape(flat)       # (B, S, H, D)
-        positional, gate_noise, free = self._gate_terms(gate_noise, code.shape[-1])
+        positional, gate_noise, free = self.gate_terms(gate_noise, code.shape[-1])
         if flat[1] == 1 and not torch.is_grad_enabled():                # a recurrent step
             if gated_compiled(positions[0], code.backend):              # one kernel call per code
                 gate = None if positional is None else (positional, free, gate_noise)
-                return (gated_contract(queries, positions[0], gate, code.backend),   # (B, 1, H, R)
-                        gated_contract(keys, positions[1], gate, code.backend))
+                return gated_contract_pair(queries, keys, positions, gate, code.backend)  # (B, 1, H, R) each
             return _mix_one_position(queries, keys, positions, positional, gate_noise, free)
         qhat = _MixSharedCode.apply(queries, code.link, positional, gate_noise, free, code, 0)
         khat = _MixSharedCode.apply(keys, code.link, positional, gate_noise, free, code, 1)
@@ -100,11 +99,12 @@ class SPEFilter(nn.Module):
         if queries.dim() != 4 or queries.shape[1] > code.shape[1]:
             raise ValueError(f"a FactorisedCode of {code.shape[1]} positions cannot serve inputs of shape "
                              f"{tuple(queries.shape)} (1-D, at most as long as the code)")
-        positional, gate_noise, free = self._gate_terms(gate_noise, code.shape[-1])
+        positional, gate_noise, free = self.gate_terms(gate_noise, code.shape[-1])
         return code.mix(0, queries, positional, gate_noise, free), code.mix(1, keys, positional, gate_noise, free)
 
-    def _gate_terms(self, gate_noise, num_realizations):
-        """(sqrt(1 - delta), eps, sqrt(delta)) of a gated filter (checked or drawn eps); Nones if not."""
+    def gate_terms(self, gate_noise, num_realizations):
+        """(sqrt(1 - delta), eps, sqrt(delta)) of a gated filter (checked or drawn eps); Nones if not.
+        Without gradients the two square roots are computed once per value of the gate."""
         if not self.gated:
             return None, None, None
         if gate_noise is None:
@@ -116,9 +116,10 @@ class SPEFilter(nn.Module):
             delta = torch.sigmoid(self.gate)                            # (H, D)
             return torch.sqrt(1 - delta), gate_noise, torch.sqrt(delta)
         # without gradients (generation steps), computed once per value of the gate
-        key = (self.gate._version, self.gate.data_ptr(), self.gate.dtype, self.gate.device)
+        gate = self.gate                                                # one Module attribute lookup
+        key = (gate._version, gate.data_ptr(), gate.dtype, gate.device)
         if self._inference_gate is None or self._inference_gate[0] != key:
-            delta = torch.sigmoid(self.gate)
+            delta = torch.sigmoid(gate)
             self._inference_gate = (key, torch.sqrt(1 - delta), torch.sqrt(delta))
         return self._inference_gate[1], gate_noise, self._inference_gate[2]
 

@@ -92,7 +92,6 @@ def test_code_block_cache_follows_parameter_changes(make_model, tokens):
     ("sine_spe", 1, True, 16, FactorisedCode),                        # one sequence
     ("sine_spe", 2, True, 16, SharedCode),                            # rows share the stored code
     ("sine_spe", 1, False, CODE_BLOCK, FactorisedCode),               # a long forward without gradients
-    ("sine_spe", 1, False, 1, SharedCode),                            # a generation step: cached blocks
     ("conv_spe", 1, True, 16, SharedCode),                            # no factored form
 ])
 def test_default_contraction_choice(make_model, pe, batch, grad, length, expected):
@@ -102,6 +101,29 @@ def test_default_contraction_choice(make_model, pe, batch, grad, length, expecte
         assert all(isinstance(code, expected) for code in model.pe.context(noise, 0, length, batch).codes)
         model.pe.contraction = "stored"
         assert isinstance(model.pe.context(noise, 0, length, batch=1).codes[0], SharedCode)
+
+
+@pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
+def test_generation_step_context(make_model, pe):
+    """A generation step takes the compiled fast path (SPEContext.step: the cached block's code at the
+    position) when the kernels are there; the torch backend, and gates of another dtype than the
+    code, take the filters' checked path."""
+    model = make_model(pe, max_len=2 * CODE_BLOCK)
+    noise = model.draw_positional_noise(2 * CODE_BLOCK)
+    with torch.no_grad():
+        context = model.pe.context(noise, 130, 1)
+        full_q, full_k = model.pe.spes[0].codes(noise.code_noises[0], 0, 2 * CODE_BLOCK)
+        if compiled_available():
+            assert context.step is not None
+            torch.testing.assert_close(context.step[0], full_q[:, 130], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(context.step[1], full_k[:, 130], atol=1e-5, rtol=1e-4)
+        else:
+            assert context.step is None
+        model.pe.contraction = "torch"
+        assert model.pe.context(noise, 130, 1).step is None
+        model.pe.contraction = None
+        model.pe.filters[1].double()
+        assert model.pe.context(noise, 130, 1).step is None
 
 
 def test_large_codes_are_factorised_by_default(make_model, monkeypatch):
