@@ -92,10 +92,11 @@ class ConvSPE(nn.Module):
             window.append(slice(s, s + n + p - 1))
         z = noise[tuple(window)]                                        # (R, H*D, *(size + P - 1))
         fft_size = tuple(_fft_size(n) for n in z.shape[2:])             # >= size + P - 1: no wrap-around
-        z_f = _padded_rfft(z, fft_size)                                 # (R, H*D, *F'), shared by q and k
+        signal = z.new_empty(*z.shape[:2], *fft_size) if self.ndim == 1 else None  # (R, H*D, L), reused
+        z_f = _padded_rfft(z, fft_size, signal)                         # (R, H*D, *F'), shared by q and k
         scale = (z.shape[0] * self.in_features) ** 0.25
         filters = [conv.weight[:, 0] / scale for conv in (self.conv_q, self.conv_k)]  # (H*D, *P) each
-        qbar, kbar = _FilteredNoise.apply(z_f, fft_size, size, *filters)  # (S, H*D, R) each
+        qbar, kbar = _FilteredNoise.apply(z_f, fft_size, size, signal, *filters)  # (S, H*D, R) each
         out_shape = (1, *size, self.num_heads, self.in_features, z.shape[0])
         return qbar.view(out_shape), kbar.view(out_shape)
 
@@ -144,14 +145,16 @@ class _FilteredNoise(torch.autograd.Function):
     """Both codes from the noise spectrum, positions first: cross-correlation with each filter as a
     product by its conjugate spectrum, then one inverse FFT.
 
-    Forward: z_f (R, C, *F') (the noise's spectrum, no gradient), fft_size, size, filters (C, *P) ->
-    (S, C, R) per filter, contiguous (S = prod(size); C = H*D). Backward: grad_filter[c, p] =
+    Forward: z_f (R, C, *F') (the noise's spectrum, no gradient), fft_size, size, a scratch (R, C, L)
+    signal buffer in 1-D (else None), filters (C, *P) -> (S, C, R) per filter, contiguous
+    (S = prod(size); C = H*D). Each large temporary is allocated once per call and reused by both
+    filters (a fresh 100+ MiB tensor costs a page fault per 4 KiB: training/memory.py). Backward: grad_filter[c, p] =
     sum_{r, m} g[m, c, r] z[r, c, m + p], i.e. the inverse FFT of sum_r z_f[r, c] conj(g_f[r, c]),
     cropped to the filter: one FFT per code gradient and no (R, C, *F') product kept in the graph.
     """
 
     @staticmethod
-    def forward(ctx, z_f, fft_size, size, *filters):
+    def forward(ctx, z_f, fft_size, size, signal, *filters):
         ndim = len(size)
         dims = tuple(range(2, ndim + 2))
         ctx.save_for_backward(z_f)
@@ -162,7 +165,10 @@ class _FilteredNoise(torch.autograd.Function):
         for filt in filters:
             filt_f = torch.fft.rfftn(filt, s=fft_size, dim=tuple(d - 1 for d in dims))  # (C, *F')
             torch.mul(z_f, filt_f.conj(), out=product)                  # (R, C, *F')
-            corr = torch.fft.irfftn(product, s=fft_size, dim=dims)[crop]  # (R, C, *size)
+            if signal is not None:                                      # 1-D: into the scratch signal
+                corr = torch.fft.irfft(product, n=fft_size[0], out=signal)[crop]  # (R, C, N)
+            else:
+                corr = torch.fft.irfftn(product, s=fft_size, dim=dims)[crop]  # (R, C, *size)
             codes.append(swap_outer(corr.reshape(*corr.shape[:2], -1)))  # (S, C, R)
         return tuple(codes)
 
@@ -174,15 +180,17 @@ class _FilteredNoise(torch.autograd.Function):
         dims = tuple(range(2, len(size) + 2))
         crop = (slice(None), *(slice(0, p) for p in ctx.kernel_size))
         grad_filters = []
+        g = g_f = None                                                  # 1-D: scratch, reused by both codes
         for grad in grads:
             if grad is None:
                 grad_filters.append(None)
                 continue
             if len(size) == 1:                                          # swapped into the padded signal
-                g = grad.new_empty(*z_f.shape[:2], *fft_size)           # (R, C, L)
+                if g is None:
+                    g, g_f = grad.new_empty(*z_f.shape[:2], *fft_size), torch.empty_like(z_f)  # (R, C, L), (R, C, F')
                 swap_outer(grad, out=g[..., :size[0]])
                 g[..., size[0]:].zero_()
-                g_f = torch.fft.rfft(g)                                 # (R, C, F')
+                torch.fft.rfft(g, out=g_f)                              # (R, C, F')
             else:
                 g_f = _padded_rfft(swap_outer(grad).view(*z_f.shape[:2], *size), fft_size)  # (R, C, *F')
             spectrum = z_f[0] * g_f[0].conj()                           # (C, *F'): sum over r
@@ -190,7 +198,7 @@ class _FilteredNoise(torch.autograd.Function):
                 spectrum.addcmul_(z_f[r], g_f[r].conj())
             corr = torch.fft.irfftn(spectrum, s=fft_size, dim=tuple(d - 1 for d in dims))  # (C, *fft_size)
             grad_filters.append(corr[crop])                             # (C, *P)
-        return (None, None, None, *grad_filters)
+        return (None, None, None, None, *grad_filters)
 
 
 def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -205,13 +213,16 @@ def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Ten
     return out.copy_(x.permute(2, 1, 0))
 
 
-def _padded_rfft(x: torch.Tensor, fft_size: Tuple[int, ...]) -> torch.Tensor:
+def _padded_rfft(x: torch.Tensor, fft_size: Tuple[int, ...], padded: Optional[torch.Tensor] = None
+                 ) -> torch.Tensor:
     """rfftn over the trailing len(fft_size) dimensions of x, zero-padded to fft_size. In 1-D the
-    signal is copied into a padded buffer first (what rfft's own padding does with an extra pass)."""
+    signal is copied into a padded buffer first (what rfft's own padding does with an extra pass),
+    `padded` (x's leading dimensions, fft_size) when given."""
     if len(fft_size) > 1:
         return torch.fft.rfftn(x, s=fft_size, dim=tuple(range(x.dim() - len(fft_size), x.dim())))
     n = x.shape[-1]
-    padded = x.new_empty(*x.shape[:-1], fft_size[0])
+    if padded is None:
+        padded = x.new_empty(*x.shape[:-1], fft_size[0])
     padded[..., :n].copy_(x)
     padded[..., n:].zero_()
     return torch.fft.rfft(padded)
