@@ -7,8 +7,9 @@ interleaved and repeated, and medians are reported. Default setting: 6 layers, d
     .venv/bin/python -m bench.spe_overhead
     .venv/bin/python -m bench.spe_overhead --repeats 5 --steps 3 --attention torch
 
-Printed: per variant the median step time, peak RSS and peak RSS above the process' baseline
-(RSS after building the model and data, before the first step), then the SPE / APE ratios.
+Printed: per variant the median step time (wall, CPU, and the system part of CPU with the minor
+page faults of a step), peak RSS and peak RSS above the process' baseline (RSS after building the
+model and data, before the first step), then the SPE / APE ratios.
 """
 
 from __future__ import annotations
@@ -85,11 +86,12 @@ def main() -> None:
           f"{torch.get_num_threads()} threads, "
           f"medians of {args.repeats} processes x {args.steps} steps")
     for pe, m in medians.items():
-        print(f"  {pe:20s} step {m['seconds']:.3f} s wall, {m['cpu_seconds']:.3f} s CPU   peak RSS "
+        print(f"  {pe:20s} step {m['seconds']:.3f} s wall, {m['cpu_seconds']:.3f} s CPU (system "
+              f"{m['system_seconds']:.2f} s, {m['page_faults'] / 1000:.0f}k page faults)   peak RSS "
               f"{m['peak_mb']:.0f} MiB, {m['extra_mb']:.0f} MiB above baseline")
     ape = medians["ape"]
     for pe in variants[1:]:
-        ratios = {key: medians[pe][key] / ape[key] for key in ape}
+        ratios = {key: medians[pe][key] / ape[key] for key in ("seconds", "cpu_seconds", "peak_mb", "extra_mb")}
         print(f"  {pe} / ape: time {ratios['seconds']:.3f} (CPU {ratios['cpu_seconds']:.3f})   "
               f"peak RSS {ratios['peak_mb']:.3f} (above baseline {ratios['extra_mb']:.3f})")
 

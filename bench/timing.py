@@ -43,19 +43,25 @@ def training_step(model: torch.nn.Module, tokens: torch.Tensor) -> Callable[[], 
 
 def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> dict[str, float]:
     """Median wall and CPU seconds of a training step on `tokens` (B, N + 1) after one warm-up
-    step, and peak memory. CPU time (all threads of this process) is less disturbed than wall
-    time by other processes sharing the cores."""
+    step, the system part of the CPU time and the minor page faults per step, and peak memory. CPU
+    time (all threads of this process) is less disturbed than wall time by other processes sharing
+    the cores."""
     baseline = peak_rss_mb()
     train_step = training_step(model, tokens)
     train_step()
-    wall, cpu = [], []
+    wall, cpu, system, faults = [], [], [], []
     for _ in range(steps):
+        before = resource.getrusage(resource.RUSAGE_SELF)
         start, start_cpu = time.perf_counter(), time.process_time()
         train_step()
         wall.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        system.append(after.ru_stime - before.ru_stime)
+        faults.append(after.ru_minflt - before.ru_minflt)
     peak = peak_rss_mb()
     return {"seconds": statistics.median(wall), "cpu_seconds": statistics.median(cpu),
+            "system_seconds": statistics.median(system), "page_faults": statistics.median(faults),
             "peak_mb": peak, "extra_mb": peak - baseline}
 
 

@@ -4,8 +4,8 @@ A training step allocates and frees the same large tensors every time. glibc ser
 above its mmap threshold (at most 32 MiB) with a fresh mapping and unmaps it when freed, so every
 step touches new pages again: one page fault, and a page zeroed by the kernel, per 4 KiB. SPE's
 codes, their gradient buffers and convSPE's spectra are 100+ MiB each at the paper's width; on a
-2-core machine these faults cost sineSPE 1.4 s and convSPE 2.5 s of system time per step (APE:
-0.2-0.3 s), measured in bench/README.md. With `reuse_freed_memory()` glibc serves every allocation
+2-core machine a step then spent 1.0 s (sineSPE) and 2.8 s (convSPE) in the kernel, against 0.36 s
+for APE (bench/README.md). With `reuse_freed_memory()` glibc serves every allocation
 from its heap (M_MMAP_MAX = 0) and never trims it (M_TRIM_THRESHOLD = -1): freed blocks are reused
 as they are. The price is memory: blocks that no later allocation fits stay resident, and peak
 memory crept up by about 10% over the first 200 steps in bench/README.md's measurement (trimming
