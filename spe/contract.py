@@ -173,7 +173,8 @@ def compiled_step(queries: torch.Tensor, keys: torch.Tensor, codes: tuple[torch.
     generation steps, where the checks cost more than the kernel); the kernel still checks shapes
     and dtypes (RuntimeError)."""
     a, c, noise = (None, None, None) if gate is None else gate
-    return _compiled.gated_forward(queries, codes[0], a, c, noise), _compiled.gated_forward(keys, codes[1], a, c, noise)
+    return (_compiled.gated_forward(queries, codes[0], a, c, noise),
+            _compiled.gated_forward(keys, codes[1], a, c, noise))
 
 
 def gated_contract_backward(grad: torch.Tensor, x: torch.Tensor, code: torch.Tensor,

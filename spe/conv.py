@@ -142,15 +142,16 @@ def _fft_size(n: int) -> int:
 
 
 class _FilteredNoise(torch.autograd.Function):
-    """Both codes from the noise spectrum, positions first: cross-correlation with each filter as a
-    product by its conjugate spectrum, then one inverse FFT.
+    """Both codes from the noise spectrum: cross-correlation with each filter as a product by its
+    conjugate spectrum, one inverse FFT, then the positions-first layout of the contraction.
 
     Forward: z_f (R, C, *F') (the noise's spectrum, no gradient), fft_size, size, a scratch (R, C, L)
     signal buffer in 1-D (else None), filters (C, *P) -> (S, C, R) per filter, contiguous
-    (S = prod(size); C = H*D). Each large temporary is allocated once per call and reused by both
-    filters (a fresh 100+ MiB tensor costs a page fault per 4 KiB: training/memory.py). Backward: grad_filter[c, p] =
-    sum_{r, m} g[m, c, r] z[r, c, m + p], i.e. the inverse FFT of sum_r z_f[r, c] conj(g_f[r, c]),
-    cropped to the filter: one FFT per code gradient and no (R, C, *F') product kept in the graph.
+    (S = prod(size); C = H*D). Each large temporary is allocated once per call and shared by both
+    filters (a fresh 100+ MiB tensor costs a page fault per 4 KiB: training/memory.py).
+    Backward: grad_filter[c, p] = sum_{r, m} g[m, c, r] z[r, c, m + p], i.e. the inverse FFT of
+    sum_r z_f[r, c] conj(g_f[r, c]), cropped to the filter: one FFT per code gradient and no
+    (R, C, *F') product kept in the graph.
     """
 
     @staticmethod
@@ -187,7 +188,8 @@ class _FilteredNoise(torch.autograd.Function):
                 continue
             if len(size) == 1:                                          # swapped into the padded signal
                 if g is None:
-                    g, g_f = grad.new_empty(*z_f.shape[:2], *fft_size), torch.empty_like(z_f)  # (R, C, L), (R, C, F')
+                    g = grad.new_empty(*z_f.shape[:2], *fft_size)       # (R, C, L)
+                    g_f = torch.empty_like(z_f)                         # (R, C, F')
                 swap_outer(grad, out=g[..., :size[0]])
                 g[..., size[0]:].zero_()
                 torch.fft.rfft(g, out=g_f)                              # (R, C, F')

@@ -6,7 +6,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from spe.contract import gate_backward, gated_compiled, gated_contract, gated_contract_backward, gated_contract_pair
+from spe.contract import (gate_backward, gated_compiled, gated_contract, gated_contract_backward,
+                          gated_contract_pair)
 from spe.factorised import FactorisedCode
 from spe.shared import SharedCode
 

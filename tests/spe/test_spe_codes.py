@@ -156,7 +156,8 @@ def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, leng
     fft_size = tuple(_fft_size(n) for n in noise.shape[2:])
     size = (length,) if ndim == 1 else length
     signal = noise.new_empty(*noise.shape[:2], *fft_size) if ndim == 1 else None
-    assert torch.autograd.gradcheck(lambda fq, fk: _FilteredNoise.apply(z_f, fft_size, size, signal, fq, fk), filters)
+    assert torch.autograd.gradcheck(lambda fq, fk: _FilteredNoise.apply(z_f, fft_size, size, signal, fq, fk),
+                                    filters)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
