@@ -28,7 +28,8 @@ def test_logits_shape_and_no_future_leak(make_model, tokens, pe):
 
 
 @pytest.mark.parametrize("pe", ALL_PE)
-@pytest.mark.parametrize("options", [{}, {"gated": False, "share_pe": False}])
+# {} and {"gated": False}: the shared code's fast step path (SPEContext.step); share_pe=False: the filters'
+@pytest.mark.parametrize("options", [{}, {"gated": False}, {"gated": False, "share_pe": False}])
 def test_recurrent_steps_equal_parallel_forward(make_model, tokens, pe, options):
     model = make_model(pe, **options)
     noise = model.draw_positional_noise(tokens.shape[1])
