@@ -161,9 +161,8 @@ def gated_contract_pair(queries: torch.Tensor, keys: torch.Tensor, codes: tuple[
     _check(queries, qbar, qbar.shape[2], "queries")
     if gate is not None:
         _check_gate(gate, qbar)
-    a, c, noise = (None, None, None) if gate is None else _as_dtype(gate, qbar.dtype)
     queries, keys = _as_dtype((queries, keys), qbar.dtype)
-    return _compiled.gated_forward(queries, qbar, a, c, noise), _compiled.gated_forward(keys, kbar, a, c, noise)
+    return compiled_step(queries, keys, codes, None if gate is None else _as_dtype(gate, qbar.dtype))
 
 
 def compiled_step(queries: torch.Tensor, keys: torch.Tensor, codes: tuple[torch.Tensor, torch.Tensor],
