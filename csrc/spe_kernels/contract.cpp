@@ -2,14 +2,22 @@
 // gated, and the module's bindings (the sineSPE code kernels are in sine.cpp, convSPE's layout
 // kernel in layout.cpp).
 //
-//   forward:    out[b, s, h, r]  = sum_d x[b, s, h, d] code[s, h, d, r]
-//   backward:   gx[b, s, h, d]   = sum_r g[b, s, h, r] code[s, h, d, r]
-//   accumulate: buf[s, h, d, r] += sum_t sum_b x_t[b, s, h, d] g_t[b, s, h, r]   (several calls at once)
+//   E[s, h, d, r] = a[h, d] code[s, h, d, r] + c[h, d] noise[h, d, r]   (the effective code; E = code
+//                                                                         without a gate)
+//   forward:    out[b, s, h, r]  = sum_d x[b, s, h, d] E[s, h, d, r]
+//   backward:   gx[b, s, h, d]   = sum_r g[b, s, h, r] E[s, h, d, r]
+//               with P[s, h, d, r] = sum_b x[b, s, h, d] g[b, s, h, r]:
+//               grad_a[h, d] = sum_{s, r} code P,  Psum[h, d, r] = sum_s P  (grad_c, grad_noise follow),
+//               buf[s, h, d, r] += a[h, d] P  (the code gradient, in place)
+//   accumulate: buf[s, h, d, r] += sum_t sum_b x_t[b, s, h, d] scale_t[h, d] g_t[b, s, h, r]
 //
 // code and buf are contiguous (S, H, D, R); x and g may have any strides. Each (s, h) block of the
 // code (D x R) is read once per call and reused for every batch row while it sits in cache, which
-// is what torch.bmm cannot do well for the tiny per-position (B x D) @ (D x R) products.
+// is what torch.bmm cannot do well for the tiny per-position (B x D) @ (D x R) products; the
+// effective block is formed one row at a time, never stored. The loops over R are compiled for
+// R = 64 and 32 with a fixed trip count (rows.h), at run time for other R.
 #include "common.h"
+#include "rows.h"
 
 #include <algorithm>
 #include <vector>
@@ -22,8 +30,8 @@ at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out);      
 
 namespace {
 
-// The gate of a gated call: out = sum_d x_d (a_d code_d + c_d noise_d). Either all three tensors
-// (a, c: (H, D), noise: (H, D, R), contiguous) or none (the ungated contraction).
+// The gate of a gated call. Either all three tensors (a, c: (H, D), noise: (H, D, R), contiguous)
+// or none (the ungated contraction).
 struct GateTensors {
   at::Tensor a, c, noise;
   bool on = false;
@@ -49,118 +57,11 @@ GateTensors check_gate(const c10::optional<at::Tensor>& a, const c10::optional<a
   return gate;
 }
 
-// gx = sum_r g code. Each code block is first transposed to (R, D) in a local buffer, so that the
-// product is vectorised along the contiguous dimension.
-at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code) {
-  check_code(code, "code");
-  check_rows(g, code, code.size(3), "grad");
-  const int64_t B = g.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
-  auto out = at::empty({B, S, H, D}, code.options());
-  dispatch(code, [&](auto zero) {
-    using scalar_t = decltype(zero);
-    const scalar_t* gp = g.data_ptr<scalar_t>();
-    const scalar_t* cp = code.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const int64_t gb = g.stride(0), gs = g.stride(1), gh = g.stride(2), gr = g.stride(3);
-    at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
-      std::vector<scalar_t> ct(R * D);  // this block's code, transposed (R, D)
-      std::vector<scalar_t> acc(D);
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t s = i / H, h = i % H;
-        const scalar_t* c = cp + i * D * R;
-        for (int64_t d = 0; d < D; ++d)
-          for (int64_t r = 0; r < R; ++r) ct[r * D + d] = c[d * R + r];
-        for (int64_t b = 0; b < B; ++b) {
-          const scalar_t* grow = gp + b * gb + s * gs + h * gh;
-          std::fill(acc.begin(), acc.end(), scalar_t(0));
-          for (int64_t r = 0; r < R; ++r) {
-            const scalar_t v = grow[r * gr];
-            const scalar_t* __restrict__ col = ct.data() + r * D;
-            scalar_t* __restrict__ a = acc.data();
-#pragma omp simd
-            for (int64_t d = 0; d < D; ++d) a[d] += v * col[d];
-          }
-          std::copy(acc.begin(), acc.end(), op + ((b * S + s) * H + h) * D);
-        }
-      }
-    });
-  });
-  return out;
-}
-
-// buf += sum_t sum_b x_t^T g_t: the code gradients of several calls (layers), gathered per block so
-// that the buffer is read and written once for all of them.
-// With scales (one (H, D) tensor or None per pair), x_t is read as x_t[b, s, h, d] scale_t[h, d]: the
-// code gradient of a gated call (x a)^T g without an (x a) tensor.
-void contract_accumulate_scaled(at::Tensor& buf, const std::vector<at::Tensor>& xs,
-                                const std::vector<at::Tensor>& gs,
-                                const std::vector<c10::optional<at::Tensor>>& scales) {
-  check_code(buf, "buf");
-  TORCH_CHECK(xs.size() == gs.size(), "accumulate needs as many x as grad tensors");
-  TORCH_CHECK(scales.empty() || scales.size() == xs.size(), "accumulate needs one scale (or None) per x");
-  std::vector<at::Tensor> scale(xs.size());  // contiguous (H, D), or undefined
-  for (size_t t = 0; t < xs.size(); ++t) {
-    check_rows(xs[t], buf, buf.size(2), "x");
-    check_rows(gs[t], buf, buf.size(3), "grad");
-    TORCH_CHECK(xs[t].size(0) == gs[t].size(0), "x and grad must have the same batch size");
-    if (!scales.empty() && scales[t].has_value() && scales[t]->defined()) {
-      scale[t] = scales[t]->contiguous();
-      check_gate_hd(scale[t], buf, "scale");
-    }
-  }
-  const int64_t S = buf.size(0), H = buf.size(1), D = buf.size(2), R = buf.size(3);
-  int64_t rows_total = 0;
-  for (const auto& x : xs) rows_total += x.size(0);
-  dispatch(buf, [&](auto zero) {
-    using scalar_t = decltype(zero);
-    scalar_t* bp = buf.data_ptr<scalar_t>();
-    at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
-      std::vector<scalar_t> rows(rows_total * R);  // grad rows of this block, all calls, (n, R)
-      std::vector<scalar_t> xv(D * rows_total);    // x values of this block, transposed (D, n)
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t s = i / H, h = i % H;
-        int64_t k = 0;
-        for (size_t t = 0; t < xs.size(); ++t) {
-          const at::Tensor& x = xs[t];
-          const at::Tensor& g = gs[t];
-          const scalar_t* xp = x.data_ptr<scalar_t>() + s * x.stride(1) + h * x.stride(2);
-          const scalar_t* gp = g.data_ptr<scalar_t>() + s * g.stride(1) + h * g.stride(2);
-          const scalar_t* sc = scale[t].defined() ? scale[t].data_ptr<scalar_t>() + h * D : nullptr;
-          for (int64_t b = 0; b < x.size(0); ++b, ++k) {
-            for (int64_t r = 0; r < R; ++r) rows[k * R + r] = gp[b * g.stride(0) + r * g.stride(3)];
-            for (int64_t d = 0; d < D; ++d) {
-              const scalar_t v = xp[b * x.stride(0) + d * x.stride(3)];
-              xv[d * rows_total + k] = sc ? v * sc[d] : v;
-            }
-          }
-        }
-        scalar_t* blk = bp + i * D * R;
-        for (int64_t d = 0; d < D; ++d) {
-          scalar_t* __restrict__ out = blk + d * R;
-          for (int64_t n = 0; n < rows_total; ++n) {
-            const scalar_t v = xv[d * rows_total + n];
-            const scalar_t* __restrict__ grow = rows.data() + n * R;
-#pragma omp simd
-            for (int64_t r = 0; r < R; ++r) out[r] += v * grow[r];
-          }
-        }
-      }
-    });
-  });
-}
-
-// ---- Gated contraction: the effective block a code + c noise, never stored beyond one (s, h) ----
-//
-//   E[s, h, d, r] = a[h, d] code[s, h, d, r] + c[h, d] noise[h, d, r]   (the effective code)
-//   forward:  out[b, s, h, r] = sum_d x[b, s, h, d] E[s, h, d, r]
-//   backward: gx[b, s, h, d]  = sum_r g[b, s, h, r] E[s, h, d, r]
-//             with P[s, h, d, r] = sum_b x[b, s, h, d] g[b, s, h, r] (one row of R at a time):
-//             grad_a[h, d] = sum_{s, r} code P,  Psum[h, d, r] = sum_s P  (grad_c, grad_noise follow),
-//             buf[s, h, d, r] += a[h, d] P  (the code gradient, in place)
-
+// The gate's raw pointers (a, c (H, D), noise (H, D, R)), all null without a gate: taken once per call,
+// as data_ptr() costs more than one row's arithmetic.
 template <typename scalar_t>
 struct GatePtrs {
-  const scalar_t *a = nullptr, *c = nullptr, *noise = nullptr;  // (H, D), (H, D), (H, D, R)
+  const scalar_t *a = nullptr, *c = nullptr, *noise = nullptr;
   explicit GatePtrs(const GateTensors& g) {
     if (g.on) {
       a = g.a.data_ptr<scalar_t>();
@@ -170,6 +71,29 @@ struct GatePtrs {
   }
 };
 
+// Row d of the effective block of head h: the code's row itself without a gate, else formed in `row`.
+template <typename scalar_t, int64_t KR>
+inline const scalar_t* effective_row(const scalar_t* code_row, const GatePtrs<scalar_t>& gate, int64_t h,
+                                     int64_t d, int64_t D, int64_t R, scalar_t* __restrict__ row) {
+  if (gate.a == nullptr) return code_row;
+  const int64_t hd = h * D + d;
+  const scalar_t ad = gate.a[hd], cd = gate.c[hd];
+  const scalar_t* __restrict__ noise_row = gate.noise + hd * R;
+  const scalar_t* __restrict__ c = code_row;
+#pragma omp simd
+  for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] = ad * c[r] + cd * noise_row[r];
+  return row;
+}
+
+// Copies the (s, h) rows of t (B, S, H, n), any strides, into rows (B, n).
+template <typename scalar_t>
+inline void gather(const at::Tensor& t, int64_t s, int64_t h, scalar_t* __restrict__ rows) {
+  const scalar_t* src = t.data_ptr<scalar_t>() + s * t.stride(1) + h * t.stride(2);
+  const int64_t B = t.size(0), n = t.size(3), sb = t.stride(0), sn = t.stride(3);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < n; ++k) rows[b * n + k] = src[b * sb + k * sn];
+}
+
 at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10::optional<at::Tensor>& a,
                          const c10::optional<at::Tensor>& c, const c10::optional<at::Tensor>& noise) {
   check_code(code, "code");
@@ -177,43 +101,24 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
   const GateTensors gate = check_gate(a, c, noise, code);
   const int64_t B = x.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
   auto out = at::empty({B, S, H, R}, code.options());
-  dispatch(code, [&](auto zero) {
+  dispatch_rows(code, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
+    constexpr int64_t KR = decltype(kr)::value;
     const GatePtrs<scalar_t> gp(gate);
-    const scalar_t* xp = x.data_ptr<scalar_t>();
     const scalar_t* cp = code.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
-    const int64_t xb = x.stride(0), xs = x.stride(1), xh = x.stride(2), xd = x.stride(3);
     at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
-      std::vector<scalar_t> acc(B * R);
-      std::vector<scalar_t> eff(gate.on ? D * R : 0);  // this block's effective code (D, R)
+      std::vector<scalar_t> xv(B * D), erow(R), acc(B * R);  // x rows (B, D), one effective row, out (B, R)
       for (int64_t i = begin; i < end; ++i) {
         const int64_t s = i / H, h = i % H;
-        const scalar_t* blk = cp + i * D * R;
-        if (gate.on) {
-          for (int64_t d = 0; d < D; ++d) {
-            const scalar_t ad = gp.a[h * D + d], cd = gp.c[h * D + d];
-            const scalar_t* __restrict__ crow = blk + d * R;
-            const scalar_t* __restrict__ nrow = gp.noise + (h * D + d) * R;
-            scalar_t* __restrict__ erow = eff.data() + d * R;
-#pragma omp simd
-            for (int64_t r = 0; r < R; ++r) erow[r] = ad * crow[r] + cd * nrow[r];
-          }
-          blk = eff.data();
-        }
+        gather(x, s, h, xv.data());
         std::fill(acc.begin(), acc.end(), scalar_t(0));
         for (int64_t d = 0; d < D; ++d) {
-          const scalar_t* __restrict__ row = blk + d * R;
-          for (int64_t b = 0; b < B; ++b) {
-            const scalar_t v = xp[b * xb + s * xs + h * xh + d * xd];
-            scalar_t* __restrict__ o = acc.data() + b * R;
-#pragma omp simd
-            for (int64_t r = 0; r < R; ++r) o[r] += v * row[r];
-          }
+          const scalar_t* e = effective_row<scalar_t, KR>(cp + (i * D + d) * R, gp, h, d, D, R, erow.data());
+          add_scaled_row<scalar_t, KR>(acc.data(), xv.data() + d, D, e, B, R);
         }
-        for (int64_t b = 0; b < B; ++b) {
+        for (int64_t b = 0; b < B; ++b)
           std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * S + s) * H + h) * R);
-        }
       }
     });
   });
@@ -253,72 +158,38 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
   at::Tensor part_a = need_gate ? at::zeros({chunks, H, D}, code.options()) : at::Tensor();
   at::Tensor part_p = need_gate ? at::zeros({chunks, H, D, R}, code.options()) : at::Tensor();
   const bool need_p = need_gate || add_buf;
-  dispatch(code, [&](auto zero) {
+  dispatch_rows(code, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
-    const GatePtrs<scalar_t> gp(gate);
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    const scalar_t* gradp = g.data_ptr<scalar_t>();
+    constexpr int64_t KR = decltype(kr)::value;
     const scalar_t* cp = code.data_ptr<scalar_t>();
+    const GatePtrs<scalar_t> gp(gate);
     scalar_t* gxp = need_x ? grad_x.data_ptr<scalar_t>() : nullptr;
     scalar_t* bp = add_buf ? buf->data_ptr<scalar_t>() : nullptr;
-    scalar_t* pap = need_gate ? part_a.data_ptr<scalar_t>() : nullptr;
-    scalar_t* ppp = need_gate ? part_p.data_ptr<scalar_t>() : nullptr;
-    const int64_t xb = x.stride(0), xs = x.stride(1), xh = x.stride(2), xd = x.stride(3);
-    const int64_t gb = g.stride(0), gs = g.stride(1), gh = g.stride(2), gr = g.stride(3);
     at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-      std::vector<scalar_t> grows(B * R);  // this block's grad rows (B, R)
-      std::vector<scalar_t> xv(D * B);     // this block's x, transposed (D, B)
-      std::vector<scalar_t> et(need_x ? R * D : 0);  // effective block, transposed (R, D)
-      std::vector<scalar_t> acc(D);
-      std::vector<scalar_t> prow(R);       // one row of P
+      std::vector<scalar_t> grows(B * R), xv(B * D);  // this block's grad rows (B, R) and x rows (B, D)
+      std::vector<scalar_t> erow(R), prow(R), gx(B * D);
       for (int64_t k = chunk_begin; k < chunk_end; ++k) {
-        scalar_t* pa = need_gate ? pap + k * H * D : nullptr;
-        scalar_t* pp = need_gate ? ppp + k * H * D * R : nullptr;
+        scalar_t* pa = need_gate ? part_a.data_ptr<scalar_t>() + k * H * D : nullptr;
+        scalar_t* pp = need_gate ? part_p.data_ptr<scalar_t>() + k * H * D * R : nullptr;
         for (int64_t i = blocks * k / chunks; i < blocks * (k + 1) / chunks; ++i) {
           const int64_t s = i / H, h = i % H;
-          const scalar_t* blk = cp + i * D * R;
-          for (int64_t b = 0; b < B; ++b) {
-            const scalar_t* gsrc = gradp + b * gb + s * gs + h * gh;
-            const scalar_t* xsrc = xp + b * xb + s * xs + h * xh;
-            for (int64_t r = 0; r < R; ++r) grows[b * R + r] = gsrc[r * gr];
-            for (int64_t d = 0; d < D; ++d) xv[d * B + b] = xsrc[d * xd];
-          }
-          if (need_x) {
-            for (int64_t d = 0; d < D; ++d) {
-              const scalar_t ad = gate.on ? gp.a[h * D + d] : scalar_t(1);
-              const scalar_t cd = gate.on ? gp.c[h * D + d] : scalar_t(0);
-              const scalar_t* nrow = gate.on ? gp.noise + (h * D + d) * R : nullptr;
-              for (int64_t r = 0; r < R; ++r)
-                et[r * D + d] = gate.on ? ad * blk[d * R + r] + cd * nrow[r] : blk[d * R + r];
-            }
-            for (int64_t b = 0; b < B; ++b) {
-              std::fill(acc.begin(), acc.end(), scalar_t(0));
-              for (int64_t r = 0; r < R; ++r) {
-                const scalar_t v = grows[b * R + r];
-                const scalar_t* __restrict__ col = et.data() + r * D;
-                scalar_t* __restrict__ o = acc.data();
-#pragma omp simd
-                for (int64_t d = 0; d < D; ++d) o[d] += v * col[d];
-              }
-              std::copy(acc.begin(), acc.end(), gxp + ((b * S + s) * H + h) * D);
-            }
-          }
-          if (!need_p) continue;
+          gather(g, s, h, grows.data());
+          if (need_p) gather(x, s, h, xv.data());
           for (int64_t d = 0; d < D; ++d) {
-            scalar_t* __restrict__ p = prow.data();
-            std::fill(prow.begin(), prow.end(), scalar_t(0));
-            for (int64_t b = 0; b < B; ++b) {
-              const scalar_t v = xv[d * B + b];
-              const scalar_t* __restrict__ grow = grows.data() + b * R;
-#pragma omp simd
-              for (int64_t r = 0; r < R; ++r) p[r] += v * grow[r];
+            const scalar_t* crow = cp + (i * D + d) * R;
+            if (need_x) {
+              const scalar_t* e = effective_row<scalar_t, KR>(crow, gp, h, d, D, R, erow.data());
+              dot_rows<scalar_t, KR>(gx.data() + d, D, e, grows.data(), B, R);
             }
+            if (!need_p) continue;
+            std::fill(prow.begin(), prow.end(), scalar_t(0));
+            add_combination<scalar_t, KR>(prow.data(), xv.data() + d, D, grows.data(), B, R);
+            const scalar_t* __restrict__ p = prow.data();
             if (need_gate) {
-              const scalar_t* __restrict__ crow = blk + d * R;
               scalar_t* __restrict__ psum = pp + (h * D + d) * R;
               scalar_t dot = 0;
 #pragma omp simd reduction(+ : dot)
-              for (int64_t r = 0; r < R; ++r) {
+              for (int64_t r = 0; r < fixed<KR>(R); ++r) {
                 dot += crow[r] * p[r];
                 psum[r] += p[r];
               }
@@ -326,11 +197,14 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
             }
             if (add_buf) {
               const scalar_t ad = gate.on ? gp.a[h * D + d] : scalar_t(1);
-              scalar_t* __restrict__ brow = bp + i * D * R + d * R;
+              scalar_t* __restrict__ brow = bp + (i * D + d) * R;
 #pragma omp simd
-              for (int64_t r = 0; r < R; ++r) brow[r] += ad * p[r];
+              for (int64_t r = 0; r < fixed<KR>(R); ++r) brow[r] += ad * p[r];
             }
           }
+          if (need_x)
+            for (int64_t b = 0; b < B; ++b)
+              std::copy(gx.data() + b * D, gx.data() + (b + 1) * D, gxp + ((b * S + s) * H + h) * D);
         }
       }
     });
@@ -343,6 +217,64 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
     grad_c = (psum * gate.noise).sum(-1);                     // (H, D)
   }
   return {grad_x, grad_a, grad_c, grad_noise};
+}
+
+// The plain backward: gx = sum_r g code.
+at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code) {
+  check_code(code, "code");
+  check_rows(g, code, code.size(3), "grad");
+  // x only gives the batch size here: without a gate or buf it is never read
+  const at::Tensor x = at::empty({g.size(0), code.size(0), code.size(1), code.size(2)}, code.options());
+  return gated_backward(g, x, code, c10::nullopt, c10::nullopt, c10::nullopt, c10::nullopt, true, false)[0];
+}
+
+// buf += sum_t sum_b x_t^T g_t: the code gradients of several calls (layers), gathered per block so
+// that the buffer is read and written once for all of them. With scales (one (H, D) tensor or None
+// per pair), x_t is read as x_t[b, s, h, d] scale_t[h, d]: the code gradient of a gated call
+// (x a)^T g without an (x a) tensor.
+void contract_accumulate_scaled(at::Tensor& buf, const std::vector<at::Tensor>& xs,
+                                const std::vector<at::Tensor>& gs,
+                                const std::vector<c10::optional<at::Tensor>>& scales) {
+  check_code(buf, "buf");
+  TORCH_CHECK(xs.size() == gs.size(), "accumulate needs as many x as grad tensors");
+  TORCH_CHECK(scales.empty() || scales.size() == xs.size(), "accumulate needs one scale (or None) per x");
+  std::vector<at::Tensor> scale(xs.size());  // contiguous (H, D), or undefined
+  for (size_t t = 0; t < xs.size(); ++t) {
+    check_rows(xs[t], buf, buf.size(2), "x");
+    check_rows(gs[t], buf, buf.size(3), "grad");
+    TORCH_CHECK(xs[t].size(0) == gs[t].size(0), "x and grad must have the same batch size");
+    if (!scales.empty() && scales[t].has_value() && scales[t]->defined()) {
+      scale[t] = scales[t]->contiguous();
+      check_gate_hd(scale[t], buf, "scale");
+    }
+  }
+  const int64_t S = buf.size(0), H = buf.size(1), D = buf.size(2), R = buf.size(3);
+  int64_t n = 0;  // rows of all calls together
+  for (const auto& x : xs) n += x.size(0);
+  dispatch_rows(buf, R, [&](auto zero, auto kr) {
+    using scalar_t = decltype(zero);
+    constexpr int64_t KR = decltype(kr)::value;
+    scalar_t* bp = buf.data_ptr<scalar_t>();
+    at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
+      std::vector<scalar_t> rows(n * R), xv(n * D);  // this block's grad rows (n, R) and scaled x (n, D)
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t s = i / H, h = i % H;
+        int64_t k = 0;  // first row of call t
+        for (size_t t = 0; t < xs.size(); ++t) {
+          gather(gs[t], s, h, rows.data() + k * R);
+          gather(xs[t], s, h, xv.data() + k * D);
+          if (scale[t].defined()) {
+            const scalar_t* sc = scale[t].data_ptr<scalar_t>() + h * D;
+            for (int64_t b = 0; b < xs[t].size(0); ++b)
+              for (int64_t d = 0; d < D; ++d) xv[(k + b) * D + d] *= sc[d];
+          }
+          k += xs[t].size(0);
+        }
+        for (int64_t d = 0; d < D; ++d)
+          add_combination<scalar_t, KR>(bp + (i * D + d) * R, xv.data() + d, D, rows.data(), n, R);
+      }
+    });
+  });
 }
 
 }  // namespace

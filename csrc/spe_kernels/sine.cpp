@@ -1,5 +1,6 @@
 // CPU kernels of the sineSPE code (spe/sine.py is the reference); bound in contract.cpp.
 #include "common.h"
+#include "rows.h"
 
 #include <algorithm>
 #include <vector>
@@ -16,23 +17,17 @@ at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z) {
               "z must be a contiguous (H, D, J, R) tensor matching omega ", omega.sizes());
   const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
   auto out = at::empty({S, H, D, R}, omega.options());
-  dispatch(omega, [&](auto zero) {
+  dispatch_rows(omega, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
+    constexpr int64_t KR = decltype(kr)::value;
     const scalar_t* op = omega.data_ptr<scalar_t>();
     const scalar_t* zp = z.data_ptr<scalar_t>();
     scalar_t* cp = out.data_ptr<scalar_t>();
     at::parallel_for(0, S * H * D, 256, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {  // i = (s, h, d); (h, d) = i % (H D)
-        const scalar_t* w = op + i * J;
-        const scalar_t* zb = zp + (i % (H * D)) * J * R;
-        scalar_t* __restrict__ row = cp + i * R;
+        scalar_t* row = cp + i * R;
         std::fill(row, row + R, scalar_t(0));
-        for (int64_t j = 0; j < J; ++j) {
-          const scalar_t v = w[j];
-          const scalar_t* __restrict__ zr = zb + j * R;
-#pragma omp simd
-          for (int64_t r = 0; r < R; ++r) row[r] += v * zr[r];
-        }
+        add_combination<scalar_t, KR>(row, op + i * J, 1, zp + (i % (H * D)) * J * R, J, R);
       }
     });
   });
@@ -40,8 +35,10 @@ at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z) {
 }
 
 // Gradients of sine_code for a code gradient g (S, H, D, R): grad_omega = g z^T (S, H, D, J) and
-// grad_z = sum_s omega^T g (H, D, J, R). Parallel over (h, d) so that grad_z needs no reduction
-// across threads; g is read once.
+// grad_z = sum_s omega^T g (H, D, J, R). Each thread owns a range of (h, d) rows, so that grad_z needs
+// no reduction across threads, and takes them D at a time (z and grad_z of D rows stay in cache)
+// through all positions: at each s it reads those rows of g as one contiguous run (not one row per
+// page, as a loop over s inside each (h, d) row would).
 std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor& omega, const at::Tensor& z) {
   TORCH_CHECK(g.dim() == 4 && g.is_contiguous() && g.scalar_type() == omega.scalar_type() &&
               g.size(0) == omega.size(0) && g.size(1) == omega.size(1) && g.size(2) == omega.size(2) &&
@@ -49,32 +46,22 @@ std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor
   const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
   auto grad_omega = at::empty_like(omega);
   auto grad_z = at::zeros_like(z);
-  dispatch(omega, [&](auto zero) {
+  dispatch_rows(omega, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
+    constexpr int64_t KR = decltype(kr)::value;
     const scalar_t* gp = g.data_ptr<scalar_t>();
     const scalar_t* op = omega.data_ptr<scalar_t>();
     const scalar_t* zp = z.data_ptr<scalar_t>();
     scalar_t* gop = grad_omega.data_ptr<scalar_t>();
     scalar_t* gzp = grad_z.data_ptr<scalar_t>();
-    at::parallel_for(0, H * D, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t hd = begin; hd < end; ++hd) {
-        const scalar_t* zb = zp + hd * J * R;
-        scalar_t* gzb = gzp + hd * J * R;
+    at::parallel_for(0, H * D, D, [&](int64_t begin, int64_t end) {
+      for (int64_t first = begin; first < end; first += D) {  // D rows at a time: z, grad_z in cache
         for (int64_t s = 0; s < S; ++s) {
-          const int64_t i = s * H * D + hd;
-          const scalar_t* __restrict__ grow = gp + i * R;
-          const scalar_t* w = op + i * J;
-          for (int64_t j = 0; j < J; ++j) {
-            const scalar_t* __restrict__ zr = zb + j * R;
-            scalar_t* __restrict__ gz = gzb + j * R;
-            const scalar_t v = w[j];
-            scalar_t sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t r = 0; r < R; ++r) {
-              sum += grow[r] * zr[r];
-              gz[r] += v * grow[r];
-            }
-            gop[i * J + j] = sum;
+          for (int64_t hd = first; hd < std::min(first + D, end); ++hd) {
+            const int64_t i = s * H * D + hd;
+            const scalar_t* grow = gp + i * R;
+            dot_rows<scalar_t, KR>(gop + i * J, 1, grow, zp + hd * J * R, J, R);
+            add_scaled_row<scalar_t, KR>(gzp + hd * J * R, op + i * J, 1, grow, J, R);
           }
         }
       }

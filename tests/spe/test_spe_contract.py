@@ -14,7 +14,8 @@ from spe.contract import accumulate, compiled_available, gated_compiled, gated_c
 from spe.shared import FLUSH_ROWS
 
 BACKENDS = ["torch"] + (["compiled"] if compiled_available() else [])
-SIZES = [(3, 11, 2, 4, 6), (1, 5, 3, 7, 5), (4, 9, 1, 16, 3), (2, 1, 2, 1, 1)]  # (B, S, H, D, R)
+# (B, S, H, D, R); R = 64 and 32 run the kernels' fixed-length loops, B = 5 and 6 their 4-row tiles and rest
+SIZES = [(3, 11, 2, 4, 6), (1, 5, 3, 7, 5), (4, 9, 1, 16, 3), (2, 1, 2, 1, 1), (5, 3, 2, 5, 64), (6, 2, 3, 4, 32)]
 
 
 def strided_rows(b, s, h, x):

@@ -159,13 +159,14 @@ def test_shared_code_errors():
 
 
 @pytest.mark.skipif(not compiled_available(), reason="spe_kernels (the compiled extension) is not installed")
-def test_compiled_sine_code_equals_einsum_values_and_gradients():
+@pytest.mark.parametrize("realizations", [R, 32, 64])  # 32, 64: the kernels' fixed-length loops
+def test_compiled_sine_code_equals_einsum_values_and_gradients(realizations):
     from spe.sine import _SineCode
 
     torch.manual_seed(5)
     omega = torch.randn(N, H, D, 6, dtype=torch.float64, requires_grad=True)
-    z = torch.randn(H, D, 6, R, dtype=torch.float64, requires_grad=True)
-    weights = torch.randn(N, H, D, R, dtype=torch.float64)
+    z = torch.randn(H, D, 6, realizations, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(N, H, D, realizations, dtype=torch.float64)
     compiled = _SineCode.apply(omega, z)
     reference = torch.einsum("shdj,hdjr->shdr", omega, z)
     torch.testing.assert_close(compiled, reference)

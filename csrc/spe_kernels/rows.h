@@ -1,0 +1,99 @@
+// Row operations of the spe_kernels loops, over rows of R values (the realisations), with R fixed at
+// compile time for the common sizes: with a constant trip count the compiler unrolls and vectorises
+// the loops fully instead of emitting a generic loop with remainders for each short row.
+#pragma once
+
+#include <type_traits>
+
+#include "common.h"
+
+namespace spe_detail {
+
+// The row length: KR when the kernel was compiled for it, else R (read at run time).
+template <int64_t KR>
+constexpr int64_t fixed(int64_t R) {
+  return KR > 0 ? KR : R;
+}
+
+// Calls f(scalar_t{}, std::integral_constant<int64_t, KR>{}) for the float32 / float64 tensor t and
+// rows of R values: KR = R for R in {64, 32}, KR = 0 (run-time length) otherwise.
+template <typename F>
+inline void dispatch_rows(const at::Tensor& t, int64_t R, F f) {
+  dispatch(t, [&](auto zero) {
+    if (R == 64) {
+      f(zero, std::integral_constant<int64_t, 64>{});
+    } else if (R == 32) {
+      f(zero, std::integral_constant<int64_t, 32>{});
+    } else {
+      f(zero, std::integral_constant<int64_t, 0>{});
+    }
+  });
+}
+
+// acc[k, r] += v[k * vstride] e[r] for k < n: the outer product of a column and a row, into (n, R).
+template <typename scalar_t, int64_t KR>
+inline void add_scaled_row(scalar_t* __restrict__ acc, const scalar_t* v, int64_t vstride,
+                           const scalar_t* __restrict__ e, int64_t n, int64_t R) {
+  for (int64_t k = 0; k < n; ++k) {
+    const scalar_t vk = v[k * vstride];
+    scalar_t* __restrict__ row = acc + k * fixed<KR>(R);
+#pragma omp simd
+    for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] += vk * e[r];
+  }
+}
+
+// p[r] += sum_k v[k * vstride] rows[k, r] for k < n: a combination of the rows of (n, R), four rows
+// per pass over p.
+template <typename scalar_t, int64_t KR>
+inline void add_combination(scalar_t* __restrict__ p, const scalar_t* v, int64_t vstride,
+                            const scalar_t* __restrict__ rows, int64_t n, int64_t R) {
+  const int64_t len = fixed<KR>(R);
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    const scalar_t v0 = v[k * vstride], v1 = v[(k + 1) * vstride];
+    const scalar_t v2 = v[(k + 2) * vstride], v3 = v[(k + 3) * vstride];
+    const scalar_t* __restrict__ r0 = rows + k * len;
+#pragma omp simd
+    for (int64_t r = 0; r < fixed<KR>(R); ++r)
+      p[r] += v0 * r0[r] + v1 * r0[len + r] + v2 * r0[2 * len + r] + v3 * r0[3 * len + r];
+  }
+  for (; k < n; ++k) {
+    const scalar_t vk = v[k * vstride];
+    const scalar_t* __restrict__ row = rows + k * len;
+#pragma omp simd
+    for (int64_t r = 0; r < fixed<KR>(R); ++r) p[r] += vk * row[r];
+  }
+}
+
+// out[k * ostride] = sum_r e[r] rows[k, r] for k < n: the products of one row with the rows of (n, R),
+// four at a time.
+template <typename scalar_t, int64_t KR>
+inline void dot_rows(scalar_t* out, int64_t ostride, const scalar_t* __restrict__ e,
+                     const scalar_t* __restrict__ rows, int64_t n, int64_t R) {
+  const int64_t len = fixed<KR>(R);
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    const scalar_t* __restrict__ r0 = rows + k * len;
+    scalar_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int64_t r = 0; r < fixed<KR>(R); ++r) {
+      s0 += e[r] * r0[r];
+      s1 += e[r] * r0[len + r];
+      s2 += e[r] * r0[2 * len + r];
+      s3 += e[r] * r0[3 * len + r];
+    }
+    out[k * ostride] = s0;
+    out[(k + 1) * ostride] = s1;
+    out[(k + 2) * ostride] = s2;
+    out[(k + 3) * ostride] = s3;
+  }
+  for (; k < n; ++k) {
+    const scalar_t* __restrict__ row = rows + k * len;
+    scalar_t s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t r = 0; r < fixed<KR>(R); ++r) s += e[r] * row[r];
+    out[k * ostride] = s;
+  }
+}
+
+}  // namespace spe_detail
