@@ -257,12 +257,29 @@ class StochasticPE(PositionalEncoding):
             return SPEContext(codes=[spe.factorised(n, start, length)
                                      for spe, n in zip(self.spes, noise.code_noises)],
                               gate_noises=noise.gate_noises)
-        codes: list[SharedCode | Code] = [self._code(index, noise, start, length)
-                                          for index in range(len(self.spes))]
-        if self.contraction != "autograd":
+        if self.contraction == "autograd":
+            codes: list[SharedCode | Code] = [self._code(index, noise, start, length)
+                                              for index in range(len(self.spes))]
+        else:
             backend = None if self.contraction == "stored" else self.contraction
-            codes = [SharedCode(qbar, kbar, backend) for qbar, kbar in codes]
+            codes = [self._shared_code(index, noise, start, length, backend) for index in range(len(self.spes))]
         return SPEContext(codes=codes, gate_noises=noise.gate_noises)
+
+    def _shared_code(self, index: int, noise: PositionalNoise, start: int, length: int,
+                     backend: str | None) -> SharedCode:
+        """Generator `index`'s code as a SharedCode; a sineSPE code evaluated afresh (not served from a
+        generation block) through `SineSPE.shared_code` (its gradient in factored form, its storage
+        reused from the previous pass)."""
+        spe = self.spes[index]
+        if isinstance(spe, SineSPE) and self._afresh(length):
+            return spe.shared_code(noise.code_noises[index], start, length, backend)
+        return SharedCode(*self._code(index, noise, start, length), backend)
+
+    @staticmethod
+    def _afresh(length: int) -> bool:
+        """Whether `_code` evaluates a request of `length` positions afresh (training, or a long
+        request) rather than from a cached generation block."""
+        return torch.is_grad_enabled() or length >= CODE_BLOCK
 
     def _step_context(self, noise: PositionalNoise, start: int) -> SPEContext | None:
         """A generation step's context with SPEContext.step set, when one shared code goes through the
@@ -306,7 +323,7 @@ class StochasticPE(PositionalEncoding):
         (convSPE evaluates a code by FFT over the filter length).
         """
         spe, code_noise = self.spes[index], noise.code_noises[index]
-        if torch.is_grad_enabled() or length >= CODE_BLOCK:
+        if self._afresh(length):
             return spe.codes(code_noise, start, length)
         first = start - start % CODE_BLOCK
         versions = tuple((p._version, p.data_ptr(), p.dtype) for p in spe.parameters())  # changed: stale

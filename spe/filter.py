@@ -221,32 +221,32 @@ class _MixSharedCode(torch.autograd.Function):
     to the SharedCode as a pending (x, grad, a) triple until the SharedCode has allocated its buffer,
     after which the compiled backward adds it into the buffer in its own pass (P = x^T grad is then
     computed once; allocating the buffer earlier raised the step's peak memory). `link` (the
-    SharedCode's tie to the graph) receives a zero. Saves only its inputs.
+    SharedCode's tie to the graph) receives a zero. Saves its inputs and the slice of the code it
+    read (freed with the graph's saved tensors after the backward, so that the SharedCode's storage
+    can be reused), and the SharedCode's gradients, not the SharedCode itself.
     """
 
     @staticmethod
     def forward(ctx, x, link, a, noise, c, shared, which):
-        ctx.shared, ctx.which = shared, which
-        ctx.save_for_backward(x, a, noise, c)
+        ctx.gradients, ctx.which, ctx.backend = shared.gradients, which, shared.backend
         code = shared.codes[which][: x.shape[1]]                        # (S, H, D, R)
+        ctx.save_for_backward(x, a, noise, c, code)
         gate = None if a is None else (a, c, noise)
         return gated_contract(x, code, gate, shared.backend)            # (B, S, H, R)
 
     @staticmethod
     def backward(ctx, grad):                                            # grad: (B, S, H, R)
-        x, a, noise, c = ctx.saved_tensors
-        shared, which = ctx.shared, ctx.which
+        x, a, noise, c, code = ctx.saved_tensors
+        gradients, which, backend = ctx.gradients, ctx.which, ctx.backend
         need_x, need_link, need_a, need_noise, need_c, _, _ = ctx.needs_input_grad
-        positions = x.shape[1]
-        code = shared.codes[which][:positions]                          # (S, H, D, R)
         gate = None if a is None else (a, c, noise)
         buf = None
-        if need_link and gated_compiled(code, shared.backend):         # added to in the kernel's pass
-            buf = shared.gradient_buffer(which, positions)              # once allocated (else None)
+        if need_link and gated_compiled(code, backend):                 # added to in the kernel's pass
+            buf = gradients.gradient_buffer(which, x.shape[1])          # once allocated (else None)
         if need_link and buf is None:
-            shared.add_gradient(which, x, grad.to(code.dtype), scale=a)
+            gradients.add(which, x, grad.to(code.dtype), scale=a)
         grad_x, grad_a, grad_noise, grad_c = gated_contract_backward(
-            grad, x, code, gate, buf, need_x, need_a or need_noise or need_c, shared.backend)
+            grad, x, code, gate, buf, need_x, need_a or need_noise or need_c, backend)
         grad_link = grad.new_zeros(()) if need_link else None
         return (grad_x, grad_link, grad_a if need_a else None, grad_noise if need_noise else None,
                 grad_c if need_c else None, None, None)

@@ -16,6 +16,15 @@ own pass (`gradient_buffer`) instead of handing over a pair.
     code = SharedCode(*pe((B, N)))                 # or model code: SharedCode(qbar, kbar)
     qhat, khat = filt(q, k, code)                  # any number of filters / layers
 
+A sineSPE code can also be shared in factored form (`SharedCode.sine`, what `SineSPE.shared_code`
+returns when the compiled kernels apply): the code itself is stored for the forward, but its gradient
+never is. The pairs are turned straight into the gradients of the code's factors (omega, z) by one
+compiled pass (`spe_kernels.sine_pairs_backward`) that forms each (D, R) block of the code gradient
+in cache, FACTOR_FLUSH_ROWS rows at a time: no gradient buffer to allocate, zero and read back.
+
+The filters' autograd nodes keep the code slices they use as saved tensors, not the SharedCode, so
+once the backward has run nothing but the caller holds the code (a `Workspace` can then reuse it).
+
 Values and gradients equal those of passing the tuple (qbar, kbar) to every filter (tested).
 """
 
@@ -23,9 +32,13 @@ from __future__ import annotations
 
 import torch
 
-from spe.contract import accumulate, backend_for
+from spe.contract import accumulate, backend_for, compiled_kernels
+from spe.workspace import Workspace
 
 FLUSH_ROWS = 16  # pending (x, grad) batch rows that trigger an accumulation into the buffer
+# pending batch rows that trigger the factored gradient pass of a sineSPE SharedCode (each pass costs
+# about as much as one over a whole code gradient, so it takes as many layers as memory allows)
+FACTOR_FLUSH_ROWS = 32
 
 
 class SharedCode:
@@ -45,10 +58,34 @@ class SharedCode:
         self.codes = (qbar.detach().reshape(flat).contiguous(),         # (S, H, D, R) each
                       kbar.detach().reshape(flat).contiguous())
         self.backend = backend_for(self.codes[0], backend)
-        self.gradients = _Gradients(self.codes, self.backend)
+        self.gradients = _Gradients(self.codes[0], self.backend)
         tracked = torch.is_grad_enabled() and (qbar.requires_grad or kbar.requires_grad)
         # a scalar in the autograd graph: the filters take it as an input, its backward hands over
         self.link = _Link.apply(qbar, kbar, self.gradients) if tracked else None
+
+    @classmethod
+    def sine(cls, omega_q: torch.Tensor, omega_k: torch.Tensor, z: torch.Tensor,
+             workspace: Workspace | None = None) -> SharedCode:
+        """The sineSPE code qbar = omega_q z, kbar = omega_k z (omegas (S, H, D, 2K), z (H, D, 2K, R),
+        contiguous) shared with its gradient taken in factored form, through the compiled kernels
+        (`factored_available`). The two codes are written into `workspace` tensors when given."""
+        if not factored_available(omega_q, z):
+            raise ValueError("SharedCode.sine needs the compiled spe_kernels (with sine_pairs_backward) and "
+                             "float32/64 CPU tensors of one dtype")
+        kernels = compiled_kernels()
+        shape = (*omega_q.shape[:3], z.shape[-1])                        # (S, H, D, R)
+        codes = []
+        for name, omega in (("qbar", omega_q), ("kbar", omega_k)):
+            out = None if workspace is None else workspace.empty(name, shape, like=z)
+            codes.append(kernels.sine_code(omega.detach(), z.detach(), out))
+        shared = cls.__new__(cls)                                       # the fields __init__ sets
+        shared.size = (shape[0],)
+        shared.codes = tuple(codes)
+        shared.backend = "compiled"
+        shared.gradients = _SineFactorGradients(omega_q.detach(), omega_k.detach(), z.detach())
+        tracked = torch.is_grad_enabled() and any(t.requires_grad for t in (omega_q, omega_k, z))
+        shared.link = _SineLink.apply(omega_q, omega_k, z, shared.gradients) if tracked else None
+        return shared
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -73,9 +110,16 @@ class SharedCode:
     def gradient_buffer(self, which: int, positions: int) -> torch.Tensor | None:
         """The gradient buffer of code `which` at its first `positions` positions (S', H, D, R),
         contiguous, for a caller that adds its contribution itself; None while it is not allocated
-        (then hand the contribution to `add_gradient`, which allocates it in time)."""
-        buffer = self.gradients.buffer(which)
-        return None if buffer is None else buffer[:positions]
+        (then hand the contribution to `add_gradient`, which allocates it in time), and always for a
+        code whose gradient is taken in factored form."""
+        return self.gradients.gradient_buffer(which, positions)
+
+
+def factored_available(omega: torch.Tensor, z: torch.Tensor) -> bool:
+    """Whether `SharedCode.sine` can serve these factors: the compiled kernels (a build with the
+    factored gradient) and float32/64 CPU tensors of one dtype."""
+    return backend_for(omega) == "compiled" and z.dtype == omega.dtype and z.device == omega.device \
+        and hasattr(compiled_kernels(), "sine_pairs_backward")
 
 
 class _Gradients:
@@ -83,8 +127,8 @@ class _Gradients:
     buffers allocated on first use, handed over (then forgotten) once. Holds no reference to the
     autograd graph, so that the graph and this object form no reference cycle."""
 
-    def __init__(self, codes: tuple[torch.Tensor, torch.Tensor], backend: str) -> None:
-        self.codes = codes
+    def __init__(self, code: torch.Tensor, backend: str) -> None:
+        self.shape, self.dtype, self.device = code.shape, code.dtype, code.device  # of each code
         self.backend = backend
         self.buffers: list[torch.Tensor | None] = [None, None]
         self.pending: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]] = [[], []]
@@ -93,6 +137,11 @@ class _Gradients:
         self.pending[which].append((x, grad, scale))
         if sum(x.shape[0] for x, _, _ in self.pending[which]) >= FLUSH_ROWS:
             self.flush(which)
+
+    def gradient_buffer(self, which: int, positions: int) -> torch.Tensor | None:
+        """`SharedCode.gradient_buffer`."""
+        buffer = self.buffer(which)
+        return None if buffer is None else buffer[:positions]
 
     def buffer(self, which: int) -> torch.Tensor | None:
         """Code `which`'s buffer (S, H, D, R) with its pending pairs added, or None if not allocated."""
@@ -106,7 +155,7 @@ class _Gradients:
         if not pending:
             return
         if self.buffers[which] is None:
-            self.buffers[which] = torch.zeros_like(self.codes[which])
+            self.buffers[which] = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
         for positions in sorted({x.shape[1] for x, _, _ in pending}):
             pairs = [p for p in pending if p[0].shape[1] == positions]
             accumulate(self.buffers[which][:positions], [x for x, _, _ in pairs], [g for _, g, _ in pairs],
@@ -133,3 +182,63 @@ class _Link(torch.autograd.Function):
         buffers = ctx.gradients.take()
         grads = tuple(None if b is None else b.view(ctx.shape) for b in buffers)
         return grads[0], grads[1], None
+
+
+class _SineFactorGradients(_Gradients):
+    """The gradients of a factored sineSPE SharedCode: pending (x, grad, scale) triples turned into
+    the gradients of the factors (omega_q, omega_k, z), FACTOR_FLUSH_ROWS rows at a time, by the
+    compiled pass that never stores the code gradient; no buffer is ever handed to the filters."""
+
+    def __init__(self, omega_q: torch.Tensor, omega_k: torch.Tensor, z: torch.Tensor) -> None:
+        self.omegas = (omega_q, omega_k)
+        self.z = z
+        self.grad_omegas: list[torch.Tensor | None] = [None, None]
+        self.grad_z: list[torch.Tensor | None] = [None, None]
+        self.pending = [[], []]
+
+    def add(self, which: int, x: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor | None) -> None:
+        self.pending[which].append((x, grad, scale))
+        if sum(x.shape[0] for x, _, _ in self.pending[which]) >= FACTOR_FLUSH_ROWS:
+            self.flush(which)
+
+    def buffer(self, which: int) -> None:
+        return None
+
+    def flush(self, which: int) -> None:
+        """Add the pending triples' gradients to those of omega `which` and z, by prefix length."""
+        pending, self.pending[which] = self.pending[which], []
+        if not pending:
+            return
+        omega, dtype = self.omegas[which], self.z.dtype
+        if self.grad_omegas[which] is None:
+            self.grad_omegas[which] = torch.zeros_like(omega)
+            self.grad_z[which] = torch.zeros_like(self.z)
+        for positions in sorted({x.shape[1] for x, _, _ in pending}):
+            triples = [t for t in pending if t[0].shape[1] == positions]
+            compiled_kernels().sine_pairs_backward(
+                self.grad_omegas[which][:positions], self.grad_z[which],
+                [x.to(dtype) for x, _, _ in triples], [g.to(dtype) for _, g, _ in triples],
+                [None if a is None else a.to(dtype) for _, _, a in triples], omega[:positions], self.z)
+
+    def take(self) -> list[torch.Tensor | None]:
+        """[grad omega_q, grad omega_k, grad z] (None where no filter used the code), then forgets them."""
+        self.flush(0)
+        self.flush(1)
+        grad_z = [g for g in self.grad_z if g is not None]
+        grads = [*self.grad_omegas, sum(grad_z) if grad_z else None]
+        self.grad_omegas, self.grad_z = [None, None], [None, None]
+        return grads
+
+
+class _SineLink(torch.autograd.Function):
+    """`_Link` of a factored sineSPE SharedCode. Backward: the factors' gradients."""
+
+    @staticmethod
+    def forward(ctx, omega_q, omega_k, z, gradients):
+        ctx.gradients = gradients
+        return omega_q.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _):
+        grad_omega_q, grad_omega_k, grad_z = ctx.gradients.take()
+        return grad_omega_q, grad_omega_k, grad_z, None

@@ -9,6 +9,8 @@ from torch.nn import functional as F
 
 from spe.contract import backend_for, compiled_kernels
 from spe.factorised import FactorisedCode
+from spe.shared import SharedCode, factored_available
+from spe.workspace import Workspace
 
 ROTATION_BLOCK = 128  # positions per fine table of `SineSPE._rotated_omegas`
 
@@ -45,6 +47,7 @@ class SineSPE(nn.Module):
         # raw gains (softplus gives lambda_k); N(0, 1) rescaled per (head, d) by 2 / sqrt(norm over k)
         gains = torch.randn(shape)
         self.gains = nn.Parameter(2.0 * gains / gains.norm(dim=-1, keepdim=True).sqrt())
+        self._workspace = Workspace()  # the last shared_code's two codes, reused when free
 
     def forward(self, shape: Sequence[int], num_realizations: Optional[int] = None):
         """One fresh draw for inputs of outer shape (batch, length): (qbar, kbar), each (1, L, H, D, R)."""
@@ -68,6 +71,18 @@ class SineSPE(nn.Module):
         omega_q, omega_k, z = self._factors(noise, start, length)
         qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
         return qbar.unsqueeze(0), kbar.unsqueeze(0)                     # (1, L, H, D, R)
+
+    def shared_code(self, noise: torch.Tensor, start: int, length: int, backend: Optional[str] = None
+                    ) -> SharedCode:
+        """`codes(noise, start, length)` as a SharedCode for several filters (the layers of a model).
+        With the compiled kernels (backend None or "compiled"), its gradient is taken in factored form
+        (`SharedCode.sine`: no code-sized gradient buffer) and the two codes are written into this
+        generator's workspace, reused from the previous call once nothing else holds them."""
+        omega_q, omega_k, z = self._factors(noise, start, length)
+        if backend in (None, "compiled") and factored_available(omega_q, z):
+            return SharedCode.sine(omega_q.contiguous(), omega_k.contiguous(), z.contiguous(), self._workspace)
+        qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
+        return SharedCode(qbar.unsqueeze(0), kbar.unsqueeze(0), backend)
 
     def factorised(self, noise: torch.Tensor, start: int, length: int) -> FactorisedCode:
         """The code at positions start .. start+length-1 in factored form, never stored

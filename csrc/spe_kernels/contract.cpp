@@ -24,8 +24,11 @@
 
 namespace spe_detail {
 
-at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z);                      // sine.cpp
+at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z, c10::optional<at::Tensor> out);  // sine.cpp
 std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor& omega, const at::Tensor& z);
+void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::vector<at::Tensor>& xs,
+                         const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
+                         const at::Tensor& omega, const at::Tensor& z);
 at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out);                   // layout.cpp
 
 namespace {
@@ -83,15 +86,6 @@ inline const scalar_t* effective_row(const scalar_t* code_row, const GatePtrs<sc
 #pragma omp simd
   for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] = ad * c[r] + cd * noise_row[r];
   return row;
-}
-
-// Copies the (s, h) rows of t (B, S, H, n), any strides, into rows (B, n).
-template <typename scalar_t>
-inline void gather(const at::Tensor& t, int64_t s, int64_t h, scalar_t* __restrict__ rows) {
-  const scalar_t* src = t.data_ptr<scalar_t>() + s * t.stride(1) + h * t.stride(2);
-  const int64_t B = t.size(0), n = t.size(3), sb = t.stride(0), sn = t.stride(3);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 0; k < n; ++k) rows[b * n + k] = src[b * sb + k * sn];
 }
 
 at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10::optional<at::Tensor>& a,
@@ -236,18 +230,7 @@ void contract_accumulate_scaled(at::Tensor& buf, const std::vector<at::Tensor>& 
                                 const std::vector<at::Tensor>& gs,
                                 const std::vector<c10::optional<at::Tensor>>& scales) {
   check_code(buf, "buf");
-  TORCH_CHECK(xs.size() == gs.size(), "accumulate needs as many x as grad tensors");
-  TORCH_CHECK(scales.empty() || scales.size() == xs.size(), "accumulate needs one scale (or None) per x");
-  std::vector<at::Tensor> scale(xs.size());  // contiguous (H, D), or undefined
-  for (size_t t = 0; t < xs.size(); ++t) {
-    check_rows(xs[t], buf, buf.size(2), "x");
-    check_rows(gs[t], buf, buf.size(3), "grad");
-    TORCH_CHECK(xs[t].size(0) == gs[t].size(0), "x and grad must have the same batch size");
-    if (!scales.empty() && scales[t].has_value() && scales[t]->defined()) {
-      scale[t] = scales[t]->contiguous();
-      check_gate_hd(scale[t], buf, "scale");
-    }
-  }
+  const std::vector<at::Tensor> scale = check_pairs(xs, gs, scales, buf, buf.size(3));
   const int64_t S = buf.size(0), H = buf.size(1), D = buf.size(2), R = buf.size(3);
   int64_t n = 0;  // rows of all calls together
   for (const auto& x : xs) n += x.size(0);
@@ -259,17 +242,7 @@ void contract_accumulate_scaled(at::Tensor& buf, const std::vector<at::Tensor>& 
       std::vector<scalar_t> rows(n * R), xv(n * D);  // this block's grad rows (n, R) and scaled x (n, D)
       for (int64_t i = begin; i < end; ++i) {
         const int64_t s = i / H, h = i % H;
-        int64_t k = 0;  // first row of call t
-        for (size_t t = 0; t < xs.size(); ++t) {
-          gather(gs[t], s, h, rows.data() + k * R);
-          gather(xs[t], s, h, xv.data() + k * D);
-          if (scale[t].defined()) {
-            const scalar_t* sc = scale[t].data_ptr<scalar_t>() + h * D;
-            for (int64_t b = 0; b < xs[t].size(0); ++b)
-              for (int64_t d = 0; d < D; ++d) xv[(k + b) * D + d] *= sc[d];
-          }
-          k += xs[t].size(0);
-        }
+        gather_pairs(xs, gs, scale, s, h, rows.data(), xv.data());
         for (int64_t d = 0; d < D; ++d)
           add_combination<scalar_t, KR>(bp + (i * D + d) * R, xv.data() + d, D, rows.data(), n, R);
       }
@@ -286,8 +259,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "CPU kernels of SPE's per-position code contraction";
   m.def("forward", &contract_forward, "out[b,s,h,r] = sum_d x[b,s,h,d] code[s,h,d,r]");
   m.def("backward", &contract_backward, "gx[b,s,h,d] = sum_r g[b,s,h,r] code[s,h,d,r]");
-  m.def("sine_code", &sine_code, "code[s,h,d,r] = sum_j omega[s,h,d,j] z[h,d,j,r]");
+  m.def("sine_code", &sine_code, "code[s,h,d,r] = sum_j omega[s,h,d,j] z[h,d,j,r], new or into out",
+        py::arg("omega"), py::arg("z"), py::arg("out") = py::none());
   m.def("sine_code_backward", &sine_code_backward, "(grad_omega, grad_z) of sine_code");
+  m.def("sine_pairs_backward", &sine_pairs_backward,
+        "grad_omega, grad_z += the gradients of sine_code for the code gradient sum_t (x_t scale_t)^T g_t",
+        py::arg("grad_omega"), py::arg("grad_z"), py::arg("xs"), py::arg("grads"), py::arg("scales"),
+        py::arg("omega"), py::arg("z"));
   m.def("swap_outer", &swap_outer, "out[b,c,a] = x[a,c,b]: (A, C, B) -> (B, C, A), new or into out",
         py::arg("x"), py::arg("out") = py::none());
   m.def("accumulate", &contract_accumulate_scaled,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <type_traits>
+#include <vector>
 
 #include "common.h"
 
@@ -93,6 +94,56 @@ inline void dot_rows(scalar_t* out, int64_t ostride, const scalar_t* __restrict_
 #pragma omp simd reduction(+ : s)
     for (int64_t r = 0; r < fixed<KR>(R); ++r) s += e[r] * row[r];
     out[k * ostride] = s;
+  }
+}
+
+// Copies the (s, h) rows of t (B, S, H, n), any strides, into rows (B, n).
+template <typename scalar_t>
+inline void gather(const at::Tensor& t, int64_t s, int64_t h, scalar_t* __restrict__ rows) {
+  const scalar_t* src = t.data_ptr<scalar_t>() + s * t.stride(1) + h * t.stride(2);
+  const int64_t B = t.size(0), n = t.size(3), sb = t.stride(0), sn = t.stride(3);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < n; ++k) rows[b * n + k] = src[b * sb + k * sn];
+}
+
+// Checks the (x_t (B_t, S, H, D), g_t (B_t, S, H, R), scale_t (H, D) or None) triples of an
+// accumulation against a reference tensor whose first three dimensions are (S, H, D) (the code, or
+// a sineSPE omega); returns the scales, contiguous (undefined where None).
+inline std::vector<at::Tensor> check_pairs(const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& gs,
+                                           const std::vector<c10::optional<at::Tensor>>& scales,
+                                           const at::Tensor& ref, int64_t R) {
+  TORCH_CHECK(xs.size() == gs.size(), "an accumulation needs as many x as grad tensors");
+  TORCH_CHECK(scales.empty() || scales.size() == xs.size(), "an accumulation needs one scale (or None) per x");
+  std::vector<at::Tensor> scale(xs.size());
+  for (size_t t = 0; t < xs.size(); ++t) {
+    check_rows(xs[t], ref, ref.size(2), "x");
+    check_rows(gs[t], ref, R, "grad");
+    TORCH_CHECK(xs[t].size(0) == gs[t].size(0), "x and grad must have the same batch size");
+    if (!scales.empty() && scales[t].has_value() && scales[t]->defined()) {
+      scale[t] = scales[t]->contiguous();
+      check_gate_hd(scale[t], ref, "scale");
+    }
+  }
+  return scale;
+}
+
+// The (s, h) rows of all the triples: grad rows (n, R) and x rows times their scale (n, D), n the
+// triples' batch rows together.
+template <typename scalar_t>
+inline void gather_pairs(const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& gs,
+                         const std::vector<at::Tensor>& scale, int64_t s, int64_t h,
+                         scalar_t* __restrict__ rows, scalar_t* __restrict__ xv) {
+  int64_t k = 0;  // first row of triple t
+  for (size_t t = 0; t < xs.size(); ++t) {
+    const int64_t D = xs[t].size(3), R = gs[t].size(3);
+    gather(gs[t], s, h, rows + k * R);
+    gather(xs[t], s, h, xv + k * D);
+    if (scale[t].defined()) {
+      const scalar_t* sc = scale[t].data_ptr<scalar_t>() + h * D;
+      for (int64_t b = 0; b < xs[t].size(0); ++b)
+        for (int64_t d = 0; d < D; ++d) xv[(k + b) * D + d] *= sc[d];
+    }
+    k += xs[t].size(0);
   }
 }
 

@@ -8,15 +8,25 @@
 namespace spe_detail {
 
 // sineSPE code: code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r], written straight into
-// the (S, H, D, R) layout the contraction reads (no (H, D, S, R) intermediate and no permuted copy).
-at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z) {
+// the (S, H, D, R) layout the contraction reads (no (H, D, S, R) intermediate and no permuted copy),
+// a new tensor or `out` (contiguous, reused from an earlier call: no fresh pages to fault in).
+at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z, c10::optional<at::Tensor> out_arg) {
   TORCH_CHECK(omega.device().is_cpu() && omega.dim() == 4 && omega.is_contiguous(),
               "omega must be a contiguous (S, H, D, J) CPU tensor");
   TORCH_CHECK(z.dim() == 4 && z.is_contiguous() && z.scalar_type() == omega.scalar_type() &&
               z.size(0) == omega.size(1) && z.size(1) == omega.size(2) && z.size(2) == omega.size(3),
               "z must be a contiguous (H, D, J, R) tensor matching omega ", omega.sizes());
   const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
-  auto out = at::empty({S, H, D, R}, omega.options());
+  at::Tensor out;
+  if (out_arg.has_value() && out_arg->defined()) {
+    out = *out_arg;
+    TORCH_CHECK(out.device().is_cpu() && out.scalar_type() == omega.scalar_type() && out.is_contiguous() &&
+                out.dim() == 4 && out.size(0) == S && out.size(1) == H && out.size(2) == D && out.size(3) == R,
+                "out must be a contiguous (", S, ", ", H, ", ", D, ", ", R, ") tensor of omega's dtype, got ",
+                out.sizes());
+  } else {
+    out = at::empty({S, H, D, R}, omega.options());
+  }
   dispatch_rows(omega, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
     constexpr int64_t KR = decltype(kr)::value;
@@ -68,6 +78,60 @@ std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor
     });
   });
   return {grad_omega, grad_z};
+}
+
+// The gradients of sine_code for the code gradient G = sum_t (x_t scale_t)^T g_t of several
+// contraction calls (the layers' (x, grad, scale) triples), added into grad_omega (S, H, D, J) and
+// grad_z (H, D, J, R) without G ever being stored: each (s, h) block of G (D x R) is formed in
+// cache from the triples' rows, and both gradients are taken from it at once. omega and grad_omega
+// may be prefixes (S' <= S positions) of longer contiguous tensors.
+void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::vector<at::Tensor>& xs,
+                         const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
+                         const at::Tensor& omega, const at::Tensor& z) {
+  TORCH_CHECK(omega.device().is_cpu() && omega.dim() == 4 && omega.is_contiguous(),
+              "omega must be a contiguous (S, H, D, J) CPU tensor");
+  TORCH_CHECK(z.dim() == 4 && z.is_contiguous() && z.scalar_type() == omega.scalar_type() &&
+              z.size(0) == omega.size(1) && z.size(1) == omega.size(2) && z.size(2) == omega.size(3),
+              "z must be a contiguous (H, D, J, R) tensor matching omega ", omega.sizes());
+  TORCH_CHECK(grad_omega.sizes() == omega.sizes() && grad_omega.is_contiguous() &&
+              grad_omega.scalar_type() == omega.scalar_type() && grad_z.sizes() == z.sizes() &&
+              grad_z.is_contiguous() && grad_z.scalar_type() == z.scalar_type(),
+              "grad_omega and grad_z must be contiguous tensors like omega and z");
+  const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
+  const std::vector<at::Tensor> scale = check_pairs(xs, gs, scales, omega, R);
+  int64_t n = 0;  // rows of all triples together
+  for (const auto& x : xs) n += x.size(0);
+  // blocks in head-major order (that head's z and grad_z stay in cache), one chunk per thread with a
+  // partial grad_z each, added at the end (fixed bounds: the sum does not depend on scheduling)
+  const int64_t blocks = H * S;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), blocks));
+  at::Tensor parts = at::zeros({chunks, H, D, J, R}, z.options());
+  dispatch_rows(omega, R, [&](auto zero, auto kr) {
+    using scalar_t = decltype(zero);
+    constexpr int64_t KR = decltype(kr)::value;
+    const scalar_t* op = omega.data_ptr<scalar_t>();
+    const scalar_t* zp = z.data_ptr<scalar_t>();
+    scalar_t* gop = grad_omega.data_ptr<scalar_t>();
+    at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
+      std::vector<scalar_t> rows(n * R), xv(n * D), prow(R), dots(J);
+      for (int64_t k = chunk_begin; k < chunk_end; ++k) {
+        scalar_t* part = parts.data_ptr<scalar_t>() + k * H * D * J * R;
+        for (int64_t b = blocks * k / chunks; b < blocks * (k + 1) / chunks; ++b) {
+          const int64_t h = b / S, s = b % S;
+          gather_pairs(xs, gs, scale, s, h, rows.data(), xv.data());
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t hd = h * D + d, i = (s * H + h) * D + d;
+            std::fill(prow.begin(), prow.end(), scalar_t(0));
+            add_combination<scalar_t, KR>(prow.data(), xv.data() + d, D, rows.data(), n, R);  // G[s, h, d]
+            dot_rows<scalar_t, KR>(dots.data(), 1, prow.data(), zp + hd * J * R, J, R);
+            for (int64_t j = 0; j < J; ++j) gop[i * J + j] += dots[j];
+            add_scaled_row<scalar_t, KR>(part + hd * J * R, op + i * J, 1, prow.data(), J, R);
+          }
+        }
+      }
+    });
+  });
+  grad_z.add_(parts.sum(0));
 }
 
 }  // namespace spe_detail

@@ -1,0 +1,151 @@
+"""A sineSPE SharedCode with its gradient in factored form (`SineSPE.shared_code`, `SharedCode.sine`):
+values and every gradient equal to the plain tuple path in float64 (prefixes, strided inputs, several
+flushes, a graph kept for a second backward), gradcheck; its codes' storage reused from one pass to
+the next only once nothing else holds it (`spe.workspace`)."""
+
+import pytest
+import torch
+
+import spe.shared as shared_module
+from spe import SharedCode, SineSPE, SPEFilter
+from spe.contract import compiled_available
+from spe.workspace import Workspace
+
+pytestmark = pytest.mark.skipif(not compiled_available(), reason="the factored gradient needs the compiled "
+                                "spe_kernels extension (make setup builds it)")
+
+B, N, H, D, K = 3, 11, 2, 5, 3
+
+
+def strided_rows(b, s, h, x):
+    """A (B, S, H, X) float64 view with the strides of a (B, S, 3, H, X) qkv split (not contiguous)."""
+    return torch.randn(b, s, 3, h, x, dtype=torch.float64)[:, :, 1]
+
+
+def run_layers(pe, filters, noise, inputs, eps, factored, positions=N + 4, retain=False):
+    """Filters (layers) over one code of `positions` positions: outputs and gradients (inputs, gates,
+    generator parameters) of a fixed loss."""
+    R = noise.shape[-1]
+    code = pe.shared_code(noise, 0, positions) if factored else pe.codes(noise, 0, positions)
+    assert isinstance(code, SharedCode) == factored
+    assert not factored or isinstance(code.gradients, shared_module._SineFactorGradients)
+    weights = torch.randn(B, N, H, R, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    loss, outs = 0, []
+    for filt, (q, k), e in zip(filters, inputs, eps):
+        qhat, khat = filt(q, k, code, gate_noise=e)
+        outs += [qhat, khat]
+        loss = loss + (qhat * weights).sum() + (khat * weights.flip(1)).square().sum()
+    leaves = [t for pair in inputs for t in pair] + [p for m in [pe, *filters] for p in m.parameters()]
+    grads = torch.autograd.grad(loss, leaves, retain_graph=retain)
+    if retain:
+        return outs, grads, torch.autograd.grad(loss, leaves)
+    return outs, grads
+
+
+def setup(R, layers=3):
+    torch.manual_seed(R)
+    pe = SineSPE(H, D, R, K).double()
+    filters = [SPEFilter(True, (H, D)).double() for _ in range(layers)]
+    inputs = [(strided_rows(B, N, H, D).requires_grad_(), strided_rows(B, N, H, D).requires_grad_())
+              for _ in filters]
+    return pe, filters, pe.draw_noise(N, R), inputs, [f.draw_gate_noise(R).double() for f in filters]
+
+
+@pytest.mark.parametrize("R", [6, 64])                     # 64: the kernels' fixed-length loops
+@pytest.mark.parametrize("flush_rows", [shared_module.FACTOR_FLUSH_ROWS, 4])  # one pass, several
+def test_factored_shared_code_equals_tuple_path(monkeypatch, R, flush_rows):
+    monkeypatch.setattr(shared_module, "FACTOR_FLUSH_ROWS", flush_rows)
+    pe, filters, noise, inputs, eps = setup(R)
+    reference = run_layers(pe, filters, noise, inputs, eps, factored=False)
+    factored = run_layers(pe, filters, noise, inputs, eps, factored=True)
+    for got, want in zip(factored[0] + list(factored[1]), reference[0] + list(reference[1])):
+        torch.testing.assert_close(got, want)
+
+
+def test_factored_shared_code_supports_a_second_backward():
+    pe, filters, noise, inputs, eps = setup(6, layers=2)
+    _, first, second = run_layers(pe, filters, noise, inputs, eps, factored=True, retain=True)
+    _, reference = run_layers(pe, filters, noise, inputs, eps, factored=False)
+    for a, b, want in zip(first, second, reference):
+        torch.testing.assert_close(a, want)
+        torch.testing.assert_close(b, want)
+
+
+def test_factored_shared_code_gradcheck():
+    """With respect to the inputs and to the code's factors (omega_q, omega_k, z) themselves."""
+    torch.manual_seed(4)
+    filt = SPEFilter(True, (H, D)).double()
+    eps = filt.draw_gate_noise(4).double()
+    q = torch.randn(2, 5, H, D, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 5, H, D, dtype=torch.float64, requires_grad=True)
+    factors = [torch.randn(6, H, D, 2 * K, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    z = torch.randn(H, D, 2 * K, 4, dtype=torch.float64, requires_grad=True)
+
+    def function(q, k, omega_q, omega_k, z):                            # a 6-position code, 5 used
+        return filt(q, k, SharedCode.sine(omega_q, omega_k, z), gate_noise=eps)
+
+    assert torch.autograd.gradcheck(function, (q, k, *factors, z))
+
+
+def test_without_gradients_nothing_is_tracked():
+    pe = SineSPE(H, D, 6, K)
+    with torch.no_grad():
+        code = pe.shared_code(pe.draw_noise(N, 6), 0, N)
+    assert code.link is None and code.codes[0].shape == (N, H, D, 6)
+
+
+def test_torch_backend_keeps_the_buffer_path():
+    pe = SineSPE(H, D, 6, K)
+    code = pe.shared_code(pe.draw_noise(N, 6), 0, N, backend="torch")
+    assert code.backend == "torch" and not isinstance(code.gradients, shared_module._SineFactorGradients)
+
+
+def training_pass(pe, filt, noise, x):
+    """One forward and backward through a factored SharedCode, the loss kept afterwards as a training
+    loop keeps it until its next assignment; returns the loss and the storage address of qbar."""
+    code = pe.shared_code(noise, 0, N)
+    address = code.codes[0].data_ptr()
+    qhat, khat = filt(x, x, code)
+    loss = qhat.square().sum() + khat.sum()
+    loss.backward()
+    return loss, address
+
+
+def test_codes_storage_is_reused_once_free_and_only_then():
+    torch.manual_seed(0)
+    pe, filt = SineSPE(H, D, 8, K), SPEFilter(False)
+    noise, x = pe.draw_noise(N, 8), torch.randn(B, N, H, D)
+    loss, first = training_pass(pe, filt, noise, x)
+    grads = pe.freqs.grad.clone()
+    pe.zero_grad()
+    loss, second = training_pass(pe, filt, noise, x)                    # previous loss still referenced
+    assert second == first                                              # its graph holds no code
+    torch.testing.assert_close(pe.freqs.grad, grads)                    # same values from reused memory
+    kept = pe.shared_code(noise, 0, N)                                  # held by the caller
+    assert kept.codes[0].data_ptr() == first
+    assert pe.shared_code(noise, 0, N).codes[0].data_ptr() != first     # so not overwritten
+    reference = pe.codes(noise, 0, N)[0][0]
+    torch.testing.assert_close(kept.codes[0], reference)
+
+
+def test_workspace_reuses_only_unreferenced_matching_tensors():
+    workspace, like = Workspace(), torch.zeros(1)
+    first = workspace.empty("a", (4, 3), like)
+    address = first.data_ptr()
+    del first
+    second = workspace.empty("a", (4, 3), like)
+    assert second.data_ptr() == address                                 # free: reused
+    view = second[:2]
+    del second
+    assert workspace.empty("a", (4, 3), like).data_ptr() != address     # a view holds it
+    del view
+    assert workspace.empty("a", (4, 3), like.double()).dtype == torch.float64
+    assert workspace.empty("a", (2, 3), like).shape == (2, 3)
+    saved = workspace.empty("b", (5,), like)
+    weight = torch.ones(5, requires_grad=True)
+    product = weight * saved                                            # autograd saves `saved`
+    address = saved.data_ptr()
+    del saved
+    assert workspace.empty("b", (5,), like).data_ptr() != address
+    del product
+    workspace.clear()
