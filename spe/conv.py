@@ -8,8 +8,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from spe.contract import compiled_kernels
+from spe.workspace import Workspace
 
 Size = Union[int, Sequence[int]]
+# bytes of one channel chunk's signal (R, channels, *fft_size): the FFTs run chunk by chunk, so that
+# their temporaries stay small enough for the allocator to reuse (below glibc's 32 MiB mmap threshold)
+CHUNK_BYTES = 8 * 2**20
 
 _CONV_MODULES = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 _CONV_FUNCTIONS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}  # for the (small) exact template
@@ -53,6 +57,7 @@ class ConvSPE(nn.Module):
         for conv in (self.conv_q, self.conv_k):
             nn.init.uniform_(conv.weight, 0.0, 1.0)
             conv.weight.data /= scale
+        self._workspace = Workspace()  # the last call's two codes, reused when free
 
     def forward(self, shape: Sequence[int], num_realizations: Optional[int] = None):
         """One fresh draw for inputs of outer shape (batch, *size): (qbar, kbar), each (1, *size, H, D, R)."""
@@ -92,11 +97,11 @@ class ConvSPE(nn.Module):
             window.append(slice(s, s + n + p - 1))
         z = noise[tuple(window)]                                        # (R, H*D, *(size + P - 1))
         fft_size = tuple(_fft_size(n) for n in z.shape[2:])             # >= size + P - 1: no wrap-around
-        signal = z.new_empty(*z.shape[:2], *fft_size) if self.ndim == 1 else None  # (R, H*D, L), reused
-        z_f = _padded_rfft(z, fft_size, signal)                         # (R, H*D, *F'), shared by q and k
         scale = (z.shape[0] * self.in_features) ** 0.25
         filters = [conv.weight[:, 0] / scale for conv in (self.conv_q, self.conv_k)]  # (H*D, *P) each
-        qbar, kbar = _FilteredNoise.apply(z_f, fft_size, size, signal, *filters)  # (S, H*D, R) each
+        code_shape = (math.prod(size), channels, z.shape[0])            # (S, H*D, R)
+        outs = tuple(self._workspace.empty(name, code_shape, like=z) for name in ("qbar", "kbar"))
+        qbar, kbar = _FilteredNoise.apply(z, fft_size, size, outs, *filters)  # (S, H*D, R) each
         out_shape = (1, *size, self.num_heads, self.in_features, z.shape[0])
         return qbar.view(out_shape), kbar.view(out_shape)
 
@@ -142,65 +147,63 @@ def _fft_size(n: int) -> int:
 
 
 class _FilteredNoise(torch.autograd.Function):
-    """Both codes from the noise spectrum: cross-correlation with each filter as a product by its
-    conjugate spectrum, one inverse FFT, then the positions-first layout of the contraction.
+    """Both codes from the noise: cross-correlation with each filter as a product of spectra (the
+    noise's by the filter's conjugate), one inverse FFT, then the positions-first layout of the
+    contraction, a chunk of channels at a time (`CHUNK_BYTES`).
 
-    Forward: z_f (R, C, *F') (the noise's spectrum, no gradient), fft_size, size, a scratch (R, C, L)
-    signal buffer in 1-D (else None), filters (C, *P) -> (S, C, R) per filter, contiguous
-    (S = prod(size); C = H*D). Each large temporary is allocated once per call and shared by both
-    filters (a fresh 100+ MiB tensor costs a page fault per 4 KiB: training/memory.py).
+    Forward: z (R, C, *(size + P - 1)) the noise window (no gradient), fft_size, size, outs (two
+    (S, C, R) tensors to write the codes into, S = prod(size), C = H*D), filters (C, *P) -> the two
+    codes. Per chunk, the noise's spectrum is shared by both filters; no temporary is larger than
+    a chunk (a fresh 100+ MiB tensor costs a page fault per 4 KiB: training/memory.py).
     Backward: grad_filter[c, p] = sum_{r, m} g[m, c, r] z[r, c, m + p], i.e. the inverse FFT of
-    sum_r z_f[r, c] conj(g_f[r, c]), cropped to the filter: one FFT per code gradient and no
-    (R, C, *F') product kept in the graph.
+    sum_r z_f[r, c] conj(g_f[r, c]), cropped to the filter: one FFT per chunk of each code gradient,
+    the noise's spectrum computed again rather than kept through the step (it would be the size of
+    a code).
     """
 
     @staticmethod
-    def forward(ctx, z_f, fft_size, size, signal, *filters):
-        ndim = len(size)
-        dims = tuple(range(2, ndim + 2))
-        ctx.save_for_backward(z_f)
+    def forward(ctx, z, fft_size, size, outs, *filters):
+        ctx.save_for_backward(z)                                        # a view of the caller's noise
         ctx.fft_size, ctx.size, ctx.kernel_size = fft_size, size, filters[0].shape[1:]
+        dims = tuple(range(2, len(size) + 2))
         crop = (slice(None), slice(None), *(slice(0, n) for n in size))
-        product = torch.empty_like(z_f)                                 # reused by the filters
-        codes = []
-        for filt in filters:
-            filt_f = torch.fft.rfftn(filt, s=fft_size, dim=tuple(d - 1 for d in dims))  # (C, *F')
-            torch.mul(z_f, filt_f.conj(), out=product)                  # (R, C, *F')
-            if signal is not None:                                      # 1-D: into the scratch signal
-                corr = torch.fft.irfft(product, n=fft_size[0], out=signal)[crop]  # (R, C, N)
-            else:
-                corr = torch.fft.irfftn(product, s=fft_size, dim=dims)[crop]  # (R, C, *size)
-            codes.append(swap_outer(corr.reshape(*corr.shape[:2], -1)))  # (S, C, R)
-        return tuple(codes)
+        filter_fs = [torch.fft.rfftn(f, s=fft_size, dim=tuple(d - 1 for d in dims)) for f in filters]  # (C, *F')
+        for channels in _chunks(z, fft_size):
+            z_f = _padded_rfft(z[:, channels], fft_size)                # (R, c, *F')
+            for filter_f, out in zip(filter_fs, outs):
+                product = z_f * filter_f[channels].conj()               # (R, c, *F')
+                corr = torch.fft.irfftn(product, s=fft_size, dim=dims)[crop]  # (R, c, *size)
+                swap_outer(corr.reshape(*corr.shape[:2], -1), out=out[:, channels])  # (S, c, R)
+        return outs
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):                                          # (S, C, R) each, or None
-        (z_f,) = ctx.saved_tensors
+        (z,) = ctx.saved_tensors
         size, fft_size = ctx.size, ctx.fft_size
-        dims = tuple(range(2, len(size) + 2))
+        filter_dims = tuple(range(1, len(size) + 1))
         crop = (slice(None), *(slice(0, p) for p in ctx.kernel_size))
-        grad_filters = []
-        g = g_f = None                                                  # 1-D: scratch, reused by both codes
-        for grad in grads:
-            if grad is None:
-                grad_filters.append(None)
-                continue
-            if len(size) == 1:                                          # swapped into the padded signal
-                if g is None:
-                    g = grad.new_empty(*z_f.shape[:2], *fft_size)       # (R, C, L)
-                    g_f = torch.empty_like(z_f)                         # (R, C, F')
-                swap_outer(grad, out=g[..., :size[0]])
-                g[..., size[0]:].zero_()
-                torch.fft.rfft(g, out=g_f)                              # (R, C, F')
-            else:
-                g_f = _padded_rfft(swap_outer(grad).view(*z_f.shape[:2], *size), fft_size)  # (R, C, *F')
-            spectrum = z_f[0] * g_f[0].conj()                           # (C, *F'): sum over r
-            for r in range(1, z_f.shape[0]):
-                spectrum.addcmul_(z_f[r], g_f[r].conj())
-            corr = torch.fft.irfftn(spectrum, s=fft_size, dim=tuple(d - 1 for d in dims))  # (C, *fft_size)
-            grad_filters.append(corr[crop])                             # (C, *P)
+        grad_filters = [None if g is None else g.new_empty(z.shape[1], *ctx.kernel_size) for g in grads]
+        for channels in _chunks(z, fft_size):
+            z_f = _padded_rfft(z[:, channels], fft_size)                # (R, c, *F'), again
+            for grad, grad_filter in zip(grads, grad_filters):
+                if grad is None:
+                    continue
+                g = swap_outer(grad[:, channels])                       # (R, c, S)
+                g_f = _padded_rfft(g.view(*g.shape[:2], *size), fft_size)  # (R, c, *F')
+                spectrum = z_f[0] * g_f[0].conj()                       # (c, *F'): sum over r
+                for r in range(1, z_f.shape[0]):
+                    spectrum.addcmul_(z_f[r], g_f[r].conj())
+                corr = torch.fft.irfftn(spectrum, s=fft_size, dim=filter_dims)  # (c, *fft_size)
+                grad_filter[channels] = corr[crop]                      # (c, *P)
         return (None, None, None, None, *grad_filters)
+
+
+def _chunks(z: torch.Tensor, fft_size: Tuple[int, ...]):
+    """Slices of z's channels (dimension 1), each holding about CHUNK_BYTES of padded signal."""
+    per_channel = z.shape[0] * math.prod(fft_size) * z.element_size()
+    step = max(1, CHUNK_BYTES // per_channel)
+    return [slice(c, min(c + step, z.shape[1])) for c in range(0, z.shape[1], step)]
 
 
 def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -215,16 +218,13 @@ def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Ten
     return out.copy_(x.permute(2, 1, 0))
 
 
-def _padded_rfft(x: torch.Tensor, fft_size: Tuple[int, ...], padded: Optional[torch.Tensor] = None
-                 ) -> torch.Tensor:
+def _padded_rfft(x: torch.Tensor, fft_size: Tuple[int, ...]) -> torch.Tensor:
     """rfftn over the trailing len(fft_size) dimensions of x, zero-padded to fft_size. In 1-D the
-    signal is copied into a padded buffer first (what rfft's own padding does with an extra pass),
-    `padded` (x's leading dimensions, fft_size) when given."""
+    signal is copied into a padded buffer first (what rfft's own padding does with an extra pass)."""
     if len(fft_size) > 1:
         return torch.fft.rfftn(x, s=fft_size, dim=tuple(range(x.dim() - len(fft_size), x.dim())))
     n = x.shape[-1]
-    if padded is None:
-        padded = x.new_empty(*x.shape[:-1], fft_size[0])
+    padded = x.new_empty(*x.shape[:-1], fft_size[0])
     padded[..., :n].copy_(x)
     padded[..., n:].zero_()
     return torch.fft.rfft(padded)

@@ -127,11 +127,14 @@ def test_conv_codes_equal_direct_grouped_convolution(ndim, kernel, length):
         torch.testing.assert_close(code[0].flatten(-3, -2).detach(), direct, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("chunk_channels", [None, 3], ids=["one-chunk", "3-channel-chunks"])
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("ndim, kernel, length", [(1, 7, 20), (2, (3, 4), (6, 5))])
-def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, length, compiled, monkeypatch):
+def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, length, compiled, chunk_channels,
+                                                              monkeypatch):
     """The FFT path's own backward (one FFT per code gradient, summed over realisations in the
-    spectrum) gives the filters the gradients autograd gives the direct grouped convolution."""
+    spectrum) gives the filters the gradients autograd gives the direct grouped convolution, whether
+    the channels go through the FFTs at once or one at a time."""
     if compiled and compiled_kernels() is None:
         pytest.skip("spe_kernels is not installed (the torch layout path is tested alone)")
     if not compiled:
@@ -139,6 +142,9 @@ def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, leng
     torch.manual_seed(6)
     pe = ConvSPE(ndim, H, D, 8, kernel).double()
     noise = pe.draw_noise(length)
+    if chunk_channels is not None:                                      # the last chunk is shorter
+        per_channel = 8 * math.prod(_fft_size(n) for n in noise.shape[2:]) * noise.element_size()
+        monkeypatch.setattr(spe.conv, "CHUNK_BYTES", chunk_channels * per_channel)
     qbar, kbar = pe.codes(noise, (0,) * ndim, length)
     weights = torch.randn(2, *qbar.shape, dtype=torch.float64)
     params = [pe.conv_q.weight, pe.conv_k.weight]
@@ -151,13 +157,16 @@ def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, leng
     expected = torch.autograd.grad(loss, params)
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-9)
-    z_f = spe.conv._padded_rfft(noise, tuple(_fft_size(n) for n in noise.shape[2:]))
     filters = [p.detach()[:, 0].clone().requires_grad_() for p in params]
     fft_size = tuple(_fft_size(n) for n in noise.shape[2:])
     size = (length,) if ndim == 1 else length
-    signal = noise.new_empty(*noise.shape[:2], *fft_size) if ndim == 1 else None
-    assert torch.autograd.gradcheck(lambda fq, fk: _FilteredNoise.apply(z_f, fft_size, size, signal, fq, fk),
-                                    filters)
+    code_shape = (qbar[0, ..., 0].numel() // (H * D), H * D, 8)         # (S, H*D, R)
+
+    def function(fq, fk):
+        outs = (noise.new_empty(code_shape), noise.new_empty(code_shape))
+        return _FilteredNoise.apply(noise, fft_size, size, outs, fq, fk)
+
+    assert torch.autograd.gradcheck(function, filters)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -209,3 +218,16 @@ def test_code_generators_reject_bad_shapes():
     conv = ConvSPE(1, H, D, 4, kernel_size=3)
     with pytest.raises(ValueError):
         conv.codes(torch.randn(4, H * D + 1, 12), 0, 5)
+
+
+def test_conv_codes_reuse_their_storage_once_released():
+    torch.manual_seed(7)
+    pe = ConvSPE(1, H, D, 8, 5)
+    noise = pe.draw_noise(12)
+    first = pe.codes(noise, 0, 12)
+    address, values = first[0].data_ptr(), first[0].detach().clone()
+    del first
+    qbar, kbar = pe.codes(noise, 0, 12)                                 # the released storage again
+    assert qbar.data_ptr() == address
+    torch.testing.assert_close(qbar, values)
+    assert pe.codes(noise, 0, 12)[0].data_ptr() != address              # qbar is still held
