@@ -199,6 +199,12 @@ class _MixCode(torch.autograd.Function):
         return grad_x, grad_code, grad_a, grad_noise, grad_c
 
 
+def _own_storage(x: torch.Tensor) -> torch.Tensor:
+    """x, or a contiguous copy of it when it is a view of a larger tensor: saving q, a view of a
+    model's (B, N, 3, H, D) qkv projection, would keep the keys and values alive with it."""
+    return x if x.untyped_storage().nbytes() <= x.numel() * x.element_size() else x.contiguous()
+
+
 def _mix_one_position(queries, keys, codes, positional, noise, free):
     """Both mixes at a single position without autograd (generation), as few operations as possible:
     the gate folded into one effective (H, D, R) code each for q and k, then one batched product.
@@ -230,7 +236,7 @@ class _MixSharedCode(torch.autograd.Function):
     def forward(ctx, x, link, a, noise, c, shared, which):
         ctx.gradients, ctx.which, ctx.backend = shared.gradients, which, shared.backend
         code = shared.codes[which][: x.shape[1]]                        # (S, H, D, R)
-        ctx.save_for_backward(x, a, noise, c, code)
+        ctx.save_for_backward(_own_storage(x), a, noise, c, code)
         gate = None if a is None else (a, c, noise)
         return gated_contract(x, code, gate, shared.backend)            # (B, S, H, R)
 

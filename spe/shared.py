@@ -30,6 +30,8 @@ Values and gradients equal those of passing the tuple (qbar, kbar) to every filt
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from spe.contract import accumulate, backend_for, compiled_kernels
@@ -65,10 +67,16 @@ class SharedCode:
 
     @classmethod
     def sine(cls, omega_q: torch.Tensor, omega_k: torch.Tensor, z: torch.Tensor,
-             workspace: Workspace | None = None) -> SharedCode:
+             workspace: Workspace | None = None, phases: tuple[torch.Tensor, torch.Tensor, int] | None = None
+             ) -> SharedCode:
         """The sineSPE code qbar = omega_q z, kbar = omega_k z (omegas (S, H, D, 2K), z (H, D, 2K, R),
         contiguous) shared with its gradient taken in factored form, through the compiled kernels
-        (`factored_available`). The two codes are written into `workspace` tensors when given."""
+        (`factored_available`). The two codes are written into `workspace` tensors when given.
+
+        Gradients flow to the omegas, or, with phases = (freqs, offsets, start), to the frequencies
+        f (H, D, K, float64) and query offsets theta (H, D, K) that the omegas (then constants) are the
+        interleaved cos / sin of: 2 pi f (start + s) (+ theta for the queries), so that no autograd
+        graph of the (S, H, D, K) phases is kept through the step."""
         if not factored_available(omega_q, z):
             raise ValueError("SharedCode.sine needs the compiled spe_kernels (with sine_pairs_backward) and "
                              "float32/64 CPU tensors of one dtype")
@@ -83,8 +91,10 @@ class SharedCode:
         shared.codes = tuple(codes)
         shared.backend = "compiled"
         shared.gradients = _SineFactorGradients(omega_q.detach(), omega_k.detach(), z.detach())
-        tracked = torch.is_grad_enabled() and any(t.requires_grad for t in (omega_q, omega_k, z))
-        shared.link = _SineLink.apply(omega_q, omega_k, z, shared.gradients) if tracked else None
+        inputs = (omega_q, omega_k) if phases is None else phases[:2]
+        start = None if phases is None else phases[2]
+        tracked = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, z))
+        shared.link = _SineLink.apply(*inputs, z, shared.gradients, start) if tracked else None
         return shared
 
     @property
@@ -231,14 +241,32 @@ class _SineFactorGradients(_Gradients):
 
 
 class _SineLink(torch.autograd.Function):
-    """`_Link` of a factored sineSPE SharedCode. Backward: the factors' gradients."""
+    """`_Link` of a factored sineSPE SharedCode. Backward: the gradients of its factors, (omega_q,
+    omega_k, z), or with `start` (positions start ..) those of (freqs, offsets, z) (`SharedCode.sine`)."""
 
     @staticmethod
-    def forward(ctx, omega_q, omega_k, z, gradients):
-        ctx.gradients = gradients
-        return omega_q.new_zeros(())
+    def forward(ctx, first, second, z, gradients, start):
+        ctx.gradients, ctx.start = gradients, start
+        return z.new_zeros(())
 
     @staticmethod
     def backward(ctx, _):
-        grad_omega_q, grad_omega_k, grad_z = ctx.gradients.take()
-        return grad_omega_q, grad_omega_k, grad_z, None
+        gradients = ctx.gradients
+        grad_omega_q, grad_omega_k, grad_z = gradients.take()
+        if ctx.start is None:
+            return grad_omega_q, grad_omega_k, grad_z, None, None
+        grad_q, grad_k = (None if g is None else _phase_gradient(g, omega)
+                          for g, omega in zip((grad_omega_q, grad_omega_k), gradients.omegas))
+        phase = [g for g in (grad_q, grad_k) if g is not None]           # (S, H, D, K) each
+        if not phase:
+            return None, None, grad_z, None, None
+        positions = torch.arange(phase[0].shape[0], dtype=torch.float64, device=phase[0].device) + ctx.start
+        grad_freqs = 2 * math.pi * torch.einsum("s,shdk->hdk", positions, sum(phase).double())  # d phase / d f
+        grad_offsets = None if grad_q is None else grad_q.sum(0)         # (H, D, K): the queries' phases
+        return grad_freqs, grad_offsets, grad_z, None, None
+
+
+def _phase_gradient(grad_omega: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
+    """d loss / d phase (S, H, D, K) from d loss / d omega (S, H, D, 2K), omega = interleaved cos, sin
+    of the phases: (d loss / d sin) cos - (d loss / d cos) sin."""
+    return grad_omega[..., 1::2] * omega[..., 0::2] - grad_omega[..., 0::2] * omega[..., 1::2]

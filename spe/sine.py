@@ -76,11 +76,18 @@ class SineSPE(nn.Module):
                     ) -> SharedCode:
         """`codes(noise, start, length)` as a SharedCode for several filters (the layers of a model).
         With the compiled kernels (backend None or "compiled"), its gradient is taken in factored form
-        (`SharedCode.sine`: no code-sized gradient buffer) and the two codes are written into this
-        generator's workspace, reused from the previous call once nothing else holds them."""
+        (`SharedCode.sine`: no code-sized gradient buffer, no autograd graph of the phases) and the two
+        codes are written into this generator's workspace, reused from the previous call once nothing
+        else holds them."""
+        self._check_request(noise, start, length)
+        z = self._scaled_noise(noise)                                   # (H, D, 2K, R)
+        if backend in (None, "compiled") and factored_available(self.freqs, z):
+            with torch.no_grad():                                       # gradients: through the phases
+                omega_q, omega_k = self._omegas(torch.arange(start, start + length, device=noise.device))
+            freqs = torch.sigmoid(self.freqs.double()) / 2              # (H, D, K), as in _cycles
+            return SharedCode.sine(omega_q.contiguous(), omega_k.contiguous(), z.contiguous(), self._workspace,
+                                   phases=(freqs, self.offsets, start))
         omega_q, omega_k, z = self._factors(noise, start, length)
-        if backend in (None, "compiled") and factored_available(omega_q, z):
-            return SharedCode.sine(omega_q.contiguous(), omega_k.contiguous(), z.contiguous(), self._workspace)
         qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
         return SharedCode(qbar.unsqueeze(0), kbar.unsqueeze(0), backend)
 

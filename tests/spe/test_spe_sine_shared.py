@@ -22,11 +22,11 @@ def strided_rows(b, s, h, x):
     return torch.randn(b, s, 3, h, x, dtype=torch.float64)[:, :, 1]
 
 
-def run_layers(pe, filters, noise, inputs, eps, factored, positions=N + 4, retain=False):
-    """Filters (layers) over one code of `positions` positions: outputs and gradients (inputs, gates,
-    generator parameters) of a fixed loss."""
+def run_layers(pe, filters, noise, inputs, eps, factored, positions=N + 4, retain=False, start=0):
+    """Filters (layers) over one code of `positions` positions from `start`: outputs and gradients
+    (inputs, gates, generator parameters) of a fixed loss."""
     R = noise.shape[-1]
-    code = pe.shared_code(noise, 0, positions) if factored else pe.codes(noise, 0, positions)
+    code = pe.shared_code(noise, start, positions) if factored else pe.codes(noise, start, positions)
     assert isinstance(code, SharedCode) == factored
     assert not factored or isinstance(code.gradients, shared_module._SineFactorGradients)
     weights = torch.randn(B, N, H, R, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
@@ -53,11 +53,12 @@ def setup(R, layers=3):
 
 @pytest.mark.parametrize("R", [6, 64])                     # 64: the kernels' fixed-length loops
 @pytest.mark.parametrize("flush_rows", [shared_module.FACTOR_FLUSH_ROWS, 4])  # one pass, several
-def test_factored_shared_code_equals_tuple_path(monkeypatch, R, flush_rows):
+@pytest.mark.parametrize("start", [0, 700])                # the frequencies' gradient weighs positions
+def test_factored_shared_code_equals_tuple_path(monkeypatch, R, flush_rows, start):
     monkeypatch.setattr(shared_module, "FACTOR_FLUSH_ROWS", flush_rows)
     pe, filters, noise, inputs, eps = setup(R)
-    reference = run_layers(pe, filters, noise, inputs, eps, factored=False)
-    factored = run_layers(pe, filters, noise, inputs, eps, factored=True)
+    reference = run_layers(pe, filters, noise, inputs, eps, factored=False, start=start)
+    factored = run_layers(pe, filters, noise, inputs, eps, factored=True, start=start)
     for got, want in zip(factored[0] + list(factored[1]), reference[0] + list(reference[1])):
         torch.testing.assert_close(got, want)
 
