@@ -106,11 +106,9 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
       for (int64_t i = begin; i < end; ++i) {
         const int64_t s = i / H, h = i % H;
         gather(x, s, h, xv.data());
-        std::fill(acc.begin(), acc.end(), scalar_t(0));
-        for (int64_t d = 0; d < D; ++d) {
-          const scalar_t* e = effective_row<scalar_t, KR>(cp + (i * D + d) * R, gp, h, d, D, R, erow.data());
-          add_scaled_row<scalar_t, KR>(acc.data(), xv.data() + d, D, e, B, R);
-        }
+        block_combinations<scalar_t, KR>(acc.data(), xv.data(), cp + i * D * R, gp.a ? gp.a + h * D : nullptr,
+                                         gp.c ? gp.c + h * D : nullptr, gp.noise ? gp.noise + h * D * R : nullptr,
+                                         B, D, R, erow.data());
         for (int64_t b = 0; b < B; ++b)
           std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * S + s) * H + h) * R);
       }
@@ -161,7 +159,7 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
     scalar_t* bp = add_buf ? buf->data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
       std::vector<scalar_t> grows(B * R), xv(B * D);  // this block's grad rows (B, R) and x rows (B, D)
-      std::vector<scalar_t> erow(R), prow(R), gx(B * D);
+      std::vector<scalar_t> eblk(need_x && gate.on ? D * R : 0), prow(R), gx(B * D);  // effective block
       for (int64_t k = chunk_begin; k < chunk_end; ++k) {
         scalar_t* pa = need_gate ? part_a.data_ptr<scalar_t>() + k * H * D : nullptr;
         scalar_t* pp = need_gate ? part_p.data_ptr<scalar_t>() + k * H * D * R : nullptr;
@@ -169,13 +167,17 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
           const int64_t s = i / H, h = i % H;
           gather(g, s, h, grows.data());
           if (need_p) gather(x, s, h, xv.data());
-          for (int64_t d = 0; d < D; ++d) {
-            const scalar_t* crow = cp + (i * D + d) * R;
-            if (need_x) {
-              const scalar_t* e = effective_row<scalar_t, KR>(crow, gp, h, d, D, R, erow.data());
-              dot_rows<scalar_t, KR>(gx.data() + d, D, e, grows.data(), B, R);
+          if (need_x) {
+            const scalar_t* e = cp + i * D * R;  // the block, or the effective block formed here
+            if (gate.on) {
+              for (int64_t d = 0; d < D; ++d)
+                effective_row<scalar_t, KR>(e + d * R, gp, h, d, D, R, eblk.data() + d * R);
+              e = eblk.data();
             }
-            if (!need_p) continue;
+            block_products<scalar_t, KR>(gx.data(), e, grows.data(), B, D, R);
+          }
+          for (int64_t d = 0; need_p && d < D; ++d) {
+            const scalar_t* crow = cp + (i * D + d) * R;
             std::fill(prow.begin(), prow.end(), scalar_t(0));
             add_combination<scalar_t, KR>(prow.data(), xv.data() + d, D, grows.data(), B, R);
             const scalar_t* __restrict__ p = prow.data();

@@ -3,6 +3,7 @@
 // the loops fully instead of emitting a generic loop with remainders for each short row.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
@@ -94,6 +95,118 @@ inline void dot_rows(scalar_t* out, int64_t ostride, const scalar_t* __restrict_
 #pragma omp simd reduction(+ : s)
     for (int64_t r = 0; r < fixed<KR>(R); ++r) s += e[r] * row[r];
     out[k * ostride] = s;
+  }
+}
+
+// out[k, d] = sum_r g[k, r] e[d, r] for k < n, d < D: the products of the n rows of g (n, R) with the
+// D rows of a block e (D, R), into out (n, D). The reference loop: one dot product per (k, d).
+template <typename scalar_t, int64_t KR>
+inline void block_products(scalar_t* out, const scalar_t* __restrict__ e, const scalar_t* __restrict__ g,
+                           int64_t n, int64_t D, int64_t R) {
+  for (int64_t d = 0; d < D; ++d) dot_rows<scalar_t, KR>(out + d, D, e + d * fixed<KR>(R), g, n, R);
+}
+
+// The same for float rows of 64 with D a multiple of 16, in 16-lane vectors (GCC vector extensions:
+// AVX-512 registers where there are some, pairs of AVX2 ones elsewhere): the 16 dot products of a
+// row of g with 16 rows of e are kept as 16 vectors of partial sums, then added across lanes all at
+// once by a butterfly of shuffles (4 levels, 15 additions) instead of 16 separate horizontal sums.
+using Lanes16 = float __attribute__((vector_size(64)));
+using Index16 = int __attribute__((vector_size(64)));
+
+inline Lanes16 load16(const float* p) {
+  Lanes16 v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Halves of each group of `size` lanes of x and y, interleaved by group, added: (x, y) -> one vector
+// holding twice as many groups of half the size.
+template <int size>
+inline Lanes16 fold(Lanes16 x, Lanes16 y) {
+  Index16 lo, hi;
+  for (int i = 0; i < 16; ++i) {
+    const int group = i / size, lane = i % size, half = size / 2;  // lane < half: from x, else from y
+    const int source = lane < half ? group * size + lane : 16 + group * size + (lane - half);
+    lo[i] = source;
+    hi[i] = source + half;
+  }
+  return __builtin_shuffle(x, y, lo) + __builtin_shuffle(x, y, hi);
+}
+
+template <>
+inline void block_products<float, 64>(float* out, const float* __restrict__ e, const float* __restrict__ g,
+                                      int64_t n, int64_t D, int64_t R) {
+  if (D % 16 != 0) {
+    for (int64_t d = 0; d < D; ++d) dot_rows<float, 64>(out + d, D, e + d * 64, g, n, R);
+    return;
+  }
+  // the butterfly leaves the sum of input k in lane bitreverse4(k)
+  static constexpr int kLane[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+  for (int64_t k = 0; k < n; ++k) {
+    const Lanes16 g0 = load16(g + k * 64), g1 = load16(g + k * 64 + 16);
+    const Lanes16 g2 = load16(g + k * 64 + 32), g3 = load16(g + k * 64 + 48);
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+      Lanes16 v[16];
+      for (int i = 0; i < 16; ++i) {
+        const float* row = e + (d0 + i) * 64;
+        v[i] = load16(row) * g0 + load16(row + 16) * g1 + load16(row + 32) * g2 + load16(row + 48) * g3;
+      }
+      Lanes16 w[8], x[4], y[2];
+      for (int i = 0; i < 8; ++i) w[i] = fold<16>(v[2 * i], v[2 * i + 1]);
+      for (int i = 0; i < 4; ++i) x[i] = fold<8>(w[2 * i], w[2 * i + 1]);
+      for (int i = 0; i < 2; ++i) y[i] = fold<4>(x[2 * i], x[2 * i + 1]);
+      const Lanes16 sums = fold<2>(y[0], y[1]);
+      for (int i = 0; i < 16; ++i) out[k * D + d0 + i] = sums[kLane[i]];
+    }
+  }
+}
+
+// acc[k, r] = sum_d xv[k, d] e[d, r] for k < n: the contraction of one (s, h) block, with the
+// effective rows e[d] = a[d] code[d] + c[d] noise[d] formed one at a time in `row` (R values) when a
+// is given (a, c: the head's (D) gate values, noise its (D, R) rows), else e = code. acc is (n, R).
+template <typename scalar_t, int64_t KR>
+inline void block_combinations(scalar_t* __restrict__ acc, const scalar_t* xv, const scalar_t* code,
+                               const scalar_t* a, const scalar_t* c, const scalar_t* noise, int64_t n,
+                               int64_t D, int64_t R, scalar_t* __restrict__ row) {
+  const int64_t len = fixed<KR>(R);
+  std::fill(acc, acc + n * len, scalar_t(0));
+  for (int64_t d = 0; d < D; ++d) {
+    const scalar_t* __restrict__ e = code + d * len;
+    if (a != nullptr) {
+      const scalar_t* __restrict__ nr = noise + d * len;
+#pragma omp simd
+      for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] = a[d] * e[r] + c[d] * nr[r];
+      e = row;
+    }
+    add_scaled_row<scalar_t, KR>(acc, xv + d, D, e, n, R);
+  }
+}
+
+// The same for float rows of 64: four rows of acc at a time held in 16 vector registers through
+// the loop over d, each effective row formed in registers.
+template <>
+inline void block_combinations<float, 64>(float* __restrict__ acc, const float* xv, const float* code,
+                                          const float* a, const float* c, const float* noise, int64_t n,
+                                          int64_t D, int64_t R, float* __restrict__ row) {
+  for (int64_t k0 = 0; k0 < n; k0 += 4) {
+    const int64_t rows = std::min<int64_t>(4, n - k0);
+    Lanes16 sum[4][4] = {};
+    for (int64_t d = 0; d < D; ++d) {
+      Lanes16 e[4];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        e[q] = load16(code + d * 64 + 16 * q);
+        if (a != nullptr) e[q] = a[d] * e[q] + c[d] * load16(noise + d * 64 + 16 * q);
+      }
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const float v = k < rows ? xv[(k0 + k) * D + d] : 0.0f;  // rows past n: zero, not stored
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) sum[k][q] += v * e[q];
+      }
+    }
+    for (int64_t k = 0; k < rows; ++k)
+      for (int q = 0; q < 4; ++q) __builtin_memcpy(acc + (k0 + k) * 64 + 16 * q, &sum[k][q], sizeof(Lanes16));
   }
 }
 
