@@ -182,32 +182,42 @@ inline void block_combinations(scalar_t* __restrict__ acc, const scalar_t* xv, c
   }
 }
 
-// The same for float rows of 64: four rows of acc at a time held in 16 vector registers through
-// the loop over d, each effective row formed in registers.
+// Rows k0 .. k0+K-1 of block_combinations<float, 64>, held in 4K vector registers through the loop
+// over d, each effective row formed in registers.
+template <int K>
+inline void combination_tile(float* __restrict__ acc, const float* xv, const float* code, const float* a,
+                             const float* c, const float* noise, int64_t k0, int64_t D) {
+  Lanes16 sum[K][4] = {};
+  for (int64_t d = 0; d < D; ++d) {
+    Lanes16 e[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      e[q] = load16(code + d * 64 + 16 * q);
+      if (a != nullptr) e[q] = a[d] * e[q] + c[d] * load16(noise + d * 64 + 16 * q);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < K; ++k) {
+      const float v = xv[(k0 + k) * D + d];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) sum[k][q] += v * e[q];
+    }
+  }
+  for (int k = 0; k < K; ++k)
+    for (int q = 0; q < 4; ++q) __builtin_memcpy(acc + (k0 + k) * 64 + 16 * q, &sum[k][q], sizeof(Lanes16));
+}
+
+// The same for float rows of 64: tiles of 4 rows of acc (then 2, then 1 for the rest).
 template <>
 inline void block_combinations<float, 64>(float* __restrict__ acc, const float* xv, const float* code,
                                           const float* a, const float* c, const float* noise, int64_t n,
                                           int64_t D, int64_t R, float* __restrict__ row) {
-  for (int64_t k0 = 0; k0 < n; k0 += 4) {
-    const int64_t rows = std::min<int64_t>(4, n - k0);
-    Lanes16 sum[4][4] = {};
-    for (int64_t d = 0; d < D; ++d) {
-      Lanes16 e[4];
-#pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) {
-        e[q] = load16(code + d * 64 + 16 * q);
-        if (a != nullptr) e[q] = a[d] * e[q] + c[d] * load16(noise + d * 64 + 16 * q);
-      }
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const float v = k < rows ? xv[(k0 + k) * D + d] : 0.0f;  // rows past n: zero, not stored
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) sum[k][q] += v * e[q];
-      }
-    }
-    for (int64_t k = 0; k < rows; ++k)
-      for (int q = 0; q < 4; ++q) __builtin_memcpy(acc + (k0 + k) * 64 + 16 * q, &sum[k][q], sizeof(Lanes16));
+  int64_t k0 = 0;
+  for (; k0 + 4 <= n; k0 += 4) combination_tile<4>(acc, xv, code, a, c, noise, k0, D);
+  if (k0 + 2 <= n) {
+    combination_tile<2>(acc, xv, code, a, c, noise, k0, D);
+    k0 += 2;
   }
+  if (k0 < n) combination_tile<1>(acc, xv, code, a, c, noise, k0, D);
 }
 
 // Copies the (s, h) rows of t (B, S, H, n), any strides, into rows (B, n).
