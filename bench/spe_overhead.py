@@ -94,6 +94,10 @@ def main() -> None:
         ratios = {key: medians[pe][key] / ape[key] for key in ("seconds", "cpu_seconds", "peak_mb", "extra_mb")}
         print(f"  {pe} / ape: time {ratios['seconds']:.3f} (CPU {ratios['cpu_seconds']:.3f})   "
               f"peak RSS {ratios['peak_mb']:.3f} (above baseline {ratios['extra_mb']:.3f})")
+        # each process against the APE process just before it: the spread a drifting machine gives
+        paired = [r["cpu_seconds"] / a["cpu_seconds"] for r, a in zip(runs[pe], runs["ape"])]
+        print(f"    CPU ratio per repeat: {' '.join(f'{x:.3f}' for x in paired)} "
+              f"(median {statistics.median(paired):.3f})")
 
 
 if __name__ == "__main__":
