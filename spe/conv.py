@@ -200,7 +200,10 @@ class _FilteredNoise(torch.autograd.Function):
 
 
 def _chunks(z: torch.Tensor, fft_size: Tuple[int, ...]):
-    """Slices of z's channels (dimension 1), each holding about CHUNK_BYTES of padded signal."""
+    """Slices of z's channels (dimension 1), each holding about CHUNK_BYTES of padded signal on the
+    CPU (glibc's allocator is the reason); all of them at once elsewhere."""
+    if z.device.type != "cpu":
+        return [slice(0, z.shape[1])]
     per_channel = z.shape[0] * math.prod(fft_size) * z.element_size()
     step = max(1, CHUNK_BYTES // per_channel)
     return [slice(c, min(c + step, z.shape[1])) for c in range(0, z.shape[1], step)]
