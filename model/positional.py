@@ -267,11 +267,11 @@ class StochasticPE(PositionalEncoding):
 
     def _shared_code(self, index: int, noise: PositionalNoise, start: int, length: int,
                      backend: str | None) -> SharedCode:
-        """Generator `index`'s code as a SharedCode; a sineSPE code evaluated afresh (not served from a
-        generation block) through `SineSPE.shared_code` (its gradient in factored form, its storage
-        reused from the previous pass)."""
+        """Generator `index`'s code as a SharedCode; a code evaluated afresh (not served from a
+        generation block) through the generator's `shared_code` (its gradient in factored form where
+        the compiled kernels apply, its storage reused from the previous pass)."""
         spe = self.spes[index]
-        if isinstance(spe, SineSPE) and self._afresh(length):
+        if self._afresh(length):
             return spe.shared_code(noise.code_noises[index], start, length, backend)
         return SharedCode(*self._code(index, noise, start, length), backend)
 

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from spe.contract import compiled_kernels
+from spe.contract import accumulate, backend_for, compiled_kernels
+from spe.shared import PendingGradients, SharedCode
 from spe.workspace import Workspace
 
 Size = Union[int, Sequence[int]]
@@ -83,6 +84,30 @@ class ConvSPE(nn.Module):
 
         Raises ValueError for positions beyond those the noise was drawn for.
         """
+        z, fft_size, size, filters, outs = self._prepare(noise, start, length)
+        qbar, kbar = _FilteredNoise.apply(z, fft_size, size, outs, *filters)  # (S, H*D, R) each
+        out_shape = (1, *size, self.num_heads, self.in_features, z.shape[0])
+        return qbar.view(out_shape), kbar.view(out_shape)
+
+    def shared_code(self, noise: torch.Tensor, start: Size, length: Size, backend: Optional[str] = None
+                    ) -> SharedCode:
+        """`codes(noise, start, length)` as a SharedCode for several filters (the layers of a model).
+        1-D with the compiled kernels (backend None or "compiled"): its gradient is taken without
+        code-sized buffers, the layers' (x, grad, scale) triples turned into the filters' gradients a
+        few heads at a time (`_ConvFactorGradients`)."""
+        if self.ndim != 1 or backend not in (None, "compiled") or backend_for(noise) != "compiled":
+            return SharedCode(*self.codes(noise, start, length), backend)
+        z, fft_size, size, filters, outs = self._prepare(noise, start, length)
+        with torch.no_grad():
+            codes = _filter_noise(z, fft_size, size, outs, [f.detach() for f in filters])  # (S, H*D, R) each
+        shape = (codes[0].shape[0], self.num_heads, self.in_features, codes[0].shape[-1])
+        gradients = _ConvFactorGradients(z, fft_size, size, self.kernel_size, shape)
+        return SharedCode.from_parts(tuple(c.view(shape) for c in codes), gradients, tuple(filters))
+
+    def _prepare(self, noise: torch.Tensor, start: Size, length: Size):
+        """(z, fft_size, size, filters, outs) of a code request: the noise window z (R, H*D,
+        *(size + P - 1)), checked, its FFT size, the filters (H*D, *P) scaled, the two (S, H*D, R)
+        workspace tensors to write the codes into."""
         channels = self.num_heads * self.in_features
         if noise.dim() != self.ndim + 2 or noise.shape[1] != channels:
             raise ValueError(f"noise must have shape (R, {channels}, *padded size) with {self.ndim} size "
@@ -101,9 +126,7 @@ class ConvSPE(nn.Module):
         filters = [conv.weight[:, 0] / scale for conv in (self.conv_q, self.conv_k)]  # (H*D, *P) each
         code_shape = (math.prod(size), channels, z.shape[0])            # (S, H*D, R)
         outs = tuple(self._workspace.empty(name, code_shape, like=z) for name in ("qbar", "kbar"))
-        qbar, kbar = _FilteredNoise.apply(z, fft_size, size, outs, *filters)  # (S, H*D, R) each
-        out_shape = (1, *size, self.num_heads, self.in_features, z.shape[0])
-        return qbar.view(out_shape), kbar.view(out_shape)
+        return z, fft_size, size, filters, outs
 
     def expected_template(self, length: Size) -> torch.Tensor:
         """Exact R -> infinity kernel P_d(m, n) over the flattened positions: (H, D, S, S), S = prod(length)."""
@@ -165,48 +188,100 @@ class _FilteredNoise(torch.autograd.Function):
     def forward(ctx, z, fft_size, size, outs, *filters):
         ctx.save_for_backward(z)                                        # a view of the caller's noise
         ctx.fft_size, ctx.size, ctx.kernel_size = fft_size, size, filters[0].shape[1:]
-        dims = tuple(range(2, len(size) + 2))
-        crop = (slice(None), slice(None), *(slice(0, n) for n in size))
-        filter_fs = [torch.fft.rfftn(f, s=fft_size, dim=tuple(d - 1 for d in dims)) for f in filters]  # (C, *F')
-        for channels in _chunks(z, fft_size):
-            z_f = _padded_rfft(z[:, channels], fft_size)                # (R, c, *F')
-            for filter_f, out in zip(filter_fs, outs):
-                product = z_f * filter_f[channels].conj()               # (R, c, *F')
-                corr = torch.fft.irfftn(product, s=fft_size, dim=dims)[crop]  # (R, c, *size)
-                swap_outer(corr.reshape(*corr.shape[:2], -1), out=out[:, channels])  # (S, c, R)
-        return outs
+        return _filter_noise(z, fft_size, size, outs, filters)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):                                          # (S, C, R) each, or None
         (z,) = ctx.saved_tensors
-        size, fft_size = ctx.size, ctx.fft_size
-        filter_dims = tuple(range(1, len(size) + 1))
-        crop = (slice(None), *(slice(0, p) for p in ctx.kernel_size))
-        grad_filters = [None if g is None else g.new_empty(z.shape[1], *ctx.kernel_size) for g in grads]
-        for channels in _chunks(z, fft_size):
-            z_f = _padded_rfft(z[:, channels], fft_size)                # (R, c, *F'), again
+        grad_filters = [None if g is None else g.new_zeros(z.shape[1], *ctx.kernel_size) for g in grads]
+        for channels in _chunks(z, ctx.fft_size):
+            z_f = _padded_rfft(z[:, channels], ctx.fft_size)            # (R, c, *F'), again
             for grad, grad_filter in zip(grads, grad_filters):
-                if grad is None:
-                    continue
-                g = swap_outer(grad[:, channels])                       # (R, c, S)
-                g_f = _padded_rfft(g.view(*g.shape[:2], *size), fft_size)  # (R, c, *F')
-                spectrum = z_f[0] * g_f[0].conj()                       # (c, *F'): sum over r
-                for r in range(1, z_f.shape[0]):
-                    spectrum.addcmul_(z_f[r], g_f[r].conj())
-                corr = torch.fft.irfftn(spectrum, s=fft_size, dim=filter_dims)  # (c, *fft_size)
-                grad_filter[channels] = corr[crop]                      # (c, *P)
+                if grad is not None:
+                    grad_filter[channels] = _filter_gradient(z_f, grad[:, channels], ctx.size, ctx.fft_size,
+                                                             ctx.kernel_size)
         return (None, None, None, None, *grad_filters)
 
 
+def _filter_noise(z: torch.Tensor, fft_size: Tuple[int, ...], size: Tuple[int, ...],
+                  outs: Tuple[torch.Tensor, ...], filters) -> Tuple[torch.Tensor, ...]:
+    """`_FilteredNoise`'s forward: each filter's code written into its (S, C, R) out, a chunk of
+    channels at a time."""
+    dims = tuple(range(2, len(size) + 2))
+    crop = (slice(None), slice(None), *(slice(0, n) for n in size))
+    filter_fs = [torch.fft.rfftn(f, s=fft_size, dim=tuple(d - 1 for d in dims)) for f in filters]  # (C, *F')
+    for channels in _chunks(z, fft_size):
+        z_f = _padded_rfft(z[:, channels], fft_size)                    # (R, c, *F')
+        for filter_f, out in zip(filter_fs, outs):
+            product = z_f * filter_f[channels].conj()                   # (R, c, *F')
+            corr = torch.fft.irfftn(product, s=fft_size, dim=dims)[crop]  # (R, c, *size)
+            swap_outer(corr.reshape(*corr.shape[:2], -1), out=out[:, channels])  # (S, c, R)
+    return tuple(outs)
+
+
+def _filter_gradient(z_f: torch.Tensor, grad: torch.Tensor, size: Tuple[int, ...], fft_size: Tuple[int, ...],
+                     kernel_size: Tuple[int, ...]) -> torch.Tensor:
+    """d loss / d filter (c, *P) of one chunk of c channels, from the noise's spectrum there z_f
+    (R, c, *F') and the code's gradient grad (S, c, R): sum_{r, m} g[m, c, r] z[r, c, m + p]."""
+    g = swap_outer(grad)                                                # (R, c, S)
+    g_f = _padded_rfft(g.view(*g.shape[:2], *size), fft_size)           # (R, c, *F')
+    spectrum = z_f[0] * g_f[0].conj()                                   # (c, *F'): sum over r
+    for r in range(1, z_f.shape[0]):
+        spectrum.addcmul_(z_f[r], g_f[r].conj())
+    corr = torch.fft.irfftn(spectrum, s=fft_size, dim=tuple(range(1, len(size) + 1)))  # (c, *fft_size)
+    return corr[(slice(None), *(slice(0, p) for p in kernel_size))]     # (c, *P)
+
+
+class _ConvFactorGradients(PendingGradients):
+    """A 1-D convSPE code's gradients in factored form: each flush forms the code gradient of a few
+    heads at a time (the layers' triples accumulated into a small (S, h, D, R) buffer by the compiled
+    kernel) and turns it into the filters' gradients by FFT, as `_FilteredNoise`'s backward does for
+    a whole code gradient. Inputs: the two scaled filters (H*D, P)."""
+
+    def __init__(self, z: torch.Tensor, fft_size: Tuple[int, ...], size: Tuple[int, ...],
+                 kernel_size: Tuple[int, ...], shape: Tuple[int, int, int, int]) -> None:
+        super().__init__()
+        self.z, self.fft_size, self.size, self.kernel_size = z, fft_size, size, kernel_size
+        self.shape = shape                                              # (S, H, D, R) of each code
+        self.grads: list[Optional[torch.Tensor]] = [None, None]
+
+    def add_triples(self, which: int, positions: int, triples: list) -> None:
+        S, H, D, R = self.shape
+        if self.grads[which] is None:
+            self.grads[which] = self.z.new_zeros(H * D, *self.kernel_size)
+        step = max(1, _chunk_channels(self.z, self.fft_size) // D)      # whole heads per chunk
+        buf = None
+        for h0 in range(0, H, step):
+            h1 = min(H, h0 + step)
+            channels = slice(h0 * D, h1 * D)
+            if buf is None or buf.shape[1] != h1 - h0:
+                buf = self.z.new_empty(S, h1 - h0, D, R)
+            buf.zero_()
+            accumulate(buf[:positions], [x[:, :, h0:h1] for x, _, _ in triples],
+                       [g[:, :, h0:h1] for _, g, _ in triples], "compiled",
+                       [None if a is None else a[h0:h1] for _, _, a in triples])
+            z_f = _padded_rfft(self.z[:, channels], self.fft_size)      # (R, c, F')
+            self.grads[which][channels] += _filter_gradient(z_f, buf.view(S, -1, R), self.size, self.fft_size,
+                                                            self.kernel_size)
+
+    def result(self) -> list[Optional[torch.Tensor]]:
+        grads, self.grads = self.grads, [None, None]
+        return grads
+
+
 def _chunks(z: torch.Tensor, fft_size: Tuple[int, ...]):
-    """Slices of z's channels (dimension 1), each holding about CHUNK_BYTES of padded signal on the
-    CPU (glibc's allocator is the reason); all of them at once elsewhere."""
-    if z.device.type != "cpu":
-        return [slice(0, z.shape[1])]
-    per_channel = z.shape[0] * math.prod(fft_size) * z.element_size()
-    step = max(1, CHUNK_BYTES // per_channel)
+    """Slices of z's channels (dimension 1) of `_chunk_channels` channels each."""
+    step = _chunk_channels(z, fft_size)
     return [slice(c, min(c + step, z.shape[1])) for c in range(0, z.shape[1], step)]
+
+
+def _chunk_channels(z: torch.Tensor, fft_size: Tuple[int, ...]) -> int:
+    """Channels of z (R, C, ...) whose padded signal holds about CHUNK_BYTES on the CPU (glibc's
+    allocator is the reason), all C elsewhere."""
+    if z.device.type != "cpu":
+        return z.shape[1]
+    return max(1, CHUNK_BYTES // (z.shape[0] * math.prod(fft_size) * z.element_size()))
 
 
 def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -86,15 +86,25 @@ class SharedCode:
         for name, omega in (("qbar", omega_q), ("kbar", omega_k)):
             out = None if workspace is None else workspace.empty(name, shape, like=z)
             codes.append(kernels.sine_code(omega.detach(), z.detach(), out))
+        gradients = _SineFactorGradients(omega_q.detach(), omega_k.detach(), z.detach(),
+                                         None if phases is None else phases[2])
+        inputs = (omega_q, omega_k, z) if phases is None else (phases[0], phases[1], z)
+        return cls.from_parts(tuple(codes), gradients, inputs)
+
+    @classmethod
+    def from_parts(cls, codes: tuple[torch.Tensor, torch.Tensor], gradients: PendingGradients,
+                   inputs: tuple[torch.Tensor, ...]) -> SharedCode:
+        """A 1-D code (qbar, kbar), each (S, H, D, R) contiguous with no autograd history, whose
+        gradient `gradients` takes in factored form and hands to `inputs` (what the code was computed
+        from) at the end of the backward. The code generators' `shared_code` methods build theirs
+        with it (`SharedCode.sine`, `spe.conv`)."""
         shared = cls.__new__(cls)                                       # the fields __init__ sets
-        shared.size = (shape[0],)
-        shared.codes = tuple(codes)
+        shared.size = (codes[0].shape[0],)
+        shared.codes = codes
         shared.backend = "compiled"
-        shared.gradients = _SineFactorGradients(omega_q.detach(), omega_k.detach(), z.detach())
-        inputs = (omega_q, omega_k) if phases is None else phases[:2]
-        start = None if phases is None else phases[2]
-        tracked = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, z))
-        shared.link = _SineLink.apply(*inputs, z, shared.gradients, start) if tracked else None
+        shared.gradients = gradients
+        tracked = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+        shared.link = _FactorLink.apply(gradients, *inputs) if tracked else None
         return shared
 
     @property
@@ -194,76 +204,93 @@ class _Link(torch.autograd.Function):
         return grads[0], grads[1], None
 
 
-class _SineFactorGradients(_Gradients):
-    """The gradients of a factored sineSPE SharedCode: pending (x, grad, scale) triples turned into
-    the gradients of the factors (omega_q, omega_k, z), FACTOR_FLUSH_ROWS rows at a time, by the
-    compiled pass that never stores the code gradient; no buffer is ever handed to the filters."""
+class PendingGradients:
+    """Gradients of a SharedCode taken in factored form (`SharedCode.from_parts`): the filters' (x,
+    grad, scale) triples are kept pending and handed, FACTOR_FLUSH_ROWS batch rows at a time and
+    grouped by prefix length, to `add_triples`, which adds their contribution to the gradients of the
+    code's inputs; `result` returns those, one per input (None where unused). No code-sized buffer is
+    ever handed to the filters."""
 
-    def __init__(self, omega_q: torch.Tensor, omega_k: torch.Tensor, z: torch.Tensor) -> None:
-        self.omegas = (omega_q, omega_k)
-        self.z = z
-        self.grad_omegas: list[torch.Tensor | None] = [None, None]
-        self.grad_z: list[torch.Tensor | None] = [None, None]
-        self.pending = [[], []]
+    def __init__(self) -> None:
+        self.pending: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]] = [[], []]
 
     def add(self, which: int, x: torch.Tensor, grad: torch.Tensor, scale: torch.Tensor | None) -> None:
         self.pending[which].append((x, grad, scale))
         if sum(x.shape[0] for x, _, _ in self.pending[which]) >= FACTOR_FLUSH_ROWS:
             self.flush(which)
 
-    def buffer(self, which: int) -> None:
+    def gradient_buffer(self, which: int, positions: int) -> None:
         return None
 
     def flush(self, which: int) -> None:
-        """Add the pending triples' gradients to those of omega `which` and z, by prefix length."""
         pending, self.pending[which] = self.pending[which], []
-        if not pending:
-            return
+        for positions in sorted({x.shape[1] for x, _, _ in pending}):
+            self.add_triples(which, positions, [t for t in pending if t[0].shape[1] == positions])
+
+    def take(self) -> list[torch.Tensor | None]:
+        """The inputs' gradients, all pending triples included; then starts afresh."""
+        self.flush(0)
+        self.flush(1)
+        return self.result()
+
+    def add_triples(self, which: int, positions: int, triples: list) -> None:
+        raise NotImplementedError
+
+    def result(self) -> list[torch.Tensor | None]:
+        raise NotImplementedError
+
+
+class _SineFactorGradients(PendingGradients):
+    """A sineSPE code's gradients: each flush adds the gradients of omega `which` and z through the
+    compiled pass that forms each (D, R) block of the code gradient in cache. Inputs (omega_q,
+    omega_k, z), or with `start` (the omegas then constants) (freqs, offsets, z)."""
+
+    def __init__(self, omega_q: torch.Tensor, omega_k: torch.Tensor, z: torch.Tensor, start: int | None) -> None:
+        super().__init__()
+        self.omegas, self.z, self.start = (omega_q, omega_k), z, start
+        self.grad_omegas: list[torch.Tensor | None] = [None, None]
+        self.grad_z: list[torch.Tensor | None] = [None, None]
+
+    def add_triples(self, which: int, positions: int, triples: list) -> None:
         omega, dtype = self.omegas[which], self.z.dtype
         if self.grad_omegas[which] is None:
             self.grad_omegas[which] = torch.zeros_like(omega)
             self.grad_z[which] = torch.zeros_like(self.z)
-        for positions in sorted({x.shape[1] for x, _, _ in pending}):
-            triples = [t for t in pending if t[0].shape[1] == positions]
-            compiled_kernels().sine_pairs_backward(
-                self.grad_omegas[which][:positions], self.grad_z[which],
-                [x.to(dtype) for x, _, _ in triples], [g.to(dtype) for _, g, _ in triples],
-                [None if a is None else a.to(dtype) for _, _, a in triples], omega[:positions], self.z)
+        compiled_kernels().sine_pairs_backward(
+            self.grad_omegas[which][:positions], self.grad_z[which],
+            [x.to(dtype) for x, _, _ in triples], [g.to(dtype) for _, g, _ in triples],
+            [None if a is None else a.to(dtype) for _, _, a in triples], omega[:positions], self.z)
 
-    def take(self) -> list[torch.Tensor | None]:
-        """[grad omega_q, grad omega_k, grad z] (None where no filter used the code), then forgets them."""
-        self.flush(0)
-        self.flush(1)
+    def result(self) -> list[torch.Tensor | None]:
         grad_z = [g for g in self.grad_z if g is not None]
-        grads = [*self.grad_omegas, sum(grad_z) if grad_z else None]
+        grad_z = sum(grad_z) if grad_z else None
+        grad_q, grad_k = self.grad_omegas
         self.grad_omegas, self.grad_z = [None, None], [None, None]
-        return grads
+        if self.start is None:
+            return [grad_q, grad_k, grad_z]
+        phase_q, phase_k = (None if g is None else _phase_gradient(g, omega)
+                            for g, omega in zip((grad_q, grad_k), self.omegas))  # (S, H, D, K) each
+        phase = [g for g in (phase_q, phase_k) if g is not None]
+        if not phase:
+            return [None, None, grad_z]
+        positions = torch.arange(phase[0].shape[0], dtype=torch.float64, device=phase[0].device) + self.start
+        grad_freqs = 2 * math.pi * torch.einsum("s,shdk->hdk", positions, sum(phase).double())  # d phase / d f
+        grad_offsets = None if phase_q is None else phase_q.sum(0)      # (H, D, K): the queries' phases
+        return [grad_freqs, grad_offsets, grad_z]
 
 
-class _SineLink(torch.autograd.Function):
-    """`_Link` of a factored sineSPE SharedCode. Backward: the gradients of its factors, (omega_q,
-    omega_k, z), or with `start` (positions start ..) those of (freqs, offsets, z) (`SharedCode.sine`)."""
+class _FactorLink(torch.autograd.Function):
+    """`_Link` of a SharedCode whose gradient is taken in factored form. Forward: a scalar zero that
+    ties the filters to the code's inputs. Backward: `gradients.take()`, one per input."""
 
     @staticmethod
-    def forward(ctx, first, second, z, gradients, start):
-        ctx.gradients, ctx.start = gradients, start
-        return z.new_zeros(())
+    def forward(ctx, gradients, *inputs):
+        ctx.gradients = gradients
+        return inputs[-1].new_zeros(())
 
     @staticmethod
     def backward(ctx, _):
-        gradients = ctx.gradients
-        grad_omega_q, grad_omega_k, grad_z = gradients.take()
-        if ctx.start is None:
-            return grad_omega_q, grad_omega_k, grad_z, None, None
-        grad_q, grad_k = (None if g is None else _phase_gradient(g, omega)
-                          for g, omega in zip((grad_omega_q, grad_omega_k), gradients.omegas))
-        phase = [g for g in (grad_q, grad_k) if g is not None]           # (S, H, D, K) each
-        if not phase:
-            return None, None, grad_z, None, None
-        positions = torch.arange(phase[0].shape[0], dtype=torch.float64, device=phase[0].device) + ctx.start
-        grad_freqs = 2 * math.pi * torch.einsum("s,shdk->hdk", positions, sum(phase).double())  # d phase / d f
-        grad_offsets = None if grad_q is None else grad_q.sum(0)         # (H, D, K): the queries' phases
-        return grad_freqs, grad_offsets, grad_z, None, None
+        return (None, *ctx.gradients.take())
 
 
 def _phase_gradient(grad_omega: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,14 @@
-"""A sineSPE SharedCode with its gradient in factored form (`SineSPE.shared_code`, `SharedCode.sine`):
-values and every gradient equal to the plain tuple path in float64 (prefixes, strided inputs, several
-flushes, a graph kept for a second backward), gradcheck; its codes' storage reused from one pass to
-the next only once nothing else holds it (`spe.workspace`)."""
+"""SharedCodes with their gradient in factored form (`SineSPE.shared_code`, `SharedCode.sine`;
+`ConvSPE.shared_code`): values and every gradient equal to the plain tuple path in float64
+(prefixes, strided inputs, several flushes, a graph kept for a second backward), gradcheck; the
+codes' storage reused from one pass to the next only once nothing else holds it (`spe.workspace`)."""
 
 import pytest
 import torch
 
+import spe.conv
 import spe.shared as shared_module
-from spe import SharedCode, SineSPE, SPEFilter
+from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
 from spe.contract import compiled_available
 from spe.workspace import Workspace
 
@@ -25,10 +26,10 @@ def strided_rows(b, s, h, x):
 def run_layers(pe, filters, noise, inputs, eps, factored, positions=N + 4, retain=False, start=0):
     """Filters (layers) over one code of `positions` positions from `start`: outputs and gradients
     (inputs, gates, generator parameters) of a fixed loss."""
-    R = noise.shape[-1]
+    R = noise.shape[0] if isinstance(pe, ConvSPE) else noise.shape[-1]
     code = pe.shared_code(noise, start, positions) if factored else pe.codes(noise, start, positions)
     assert isinstance(code, SharedCode) == factored
-    assert not factored or isinstance(code.gradients, shared_module._SineFactorGradients)
+    assert not factored or isinstance(code.gradients, shared_module.PendingGradients)
     weights = torch.randn(B, N, H, R, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
     loss, outs = 0, []
     for filt, (q, k), e in zip(filters, inputs, eps):
@@ -42,29 +43,34 @@ def run_layers(pe, filters, noise, inputs, eps, factored, positions=N + 4, retai
     return outs, grads
 
 
-def setup(R, layers=3):
+def setup(R, layers=3, conv=False):
     torch.manual_seed(R)
-    pe = SineSPE(H, D, R, K).double()
+    pe = (ConvSPE(1, H, D, R, kernel_size=4) if conv else SineSPE(H, D, R, K)).double()
     filters = [SPEFilter(True, (H, D)).double() for _ in range(layers)]
     inputs = [(strided_rows(B, N, H, D).requires_grad_(), strided_rows(B, N, H, D).requires_grad_())
               for _ in filters]
-    return pe, filters, pe.draw_noise(N, R), inputs, [f.draw_gate_noise(R).double() for f in filters]
+    noise = pe.draw_noise(N + 4 + 700 if conv else N, R)               # conv: positions are bounded
+    return pe, filters, noise, inputs, [f.draw_gate_noise(R).double() for f in filters]
 
 
 @pytest.mark.parametrize("R", [6, 64])                     # 64: the kernels' fixed-length loops
 @pytest.mark.parametrize("flush_rows", [shared_module.FACTOR_FLUSH_ROWS, 4])  # one pass, several
 @pytest.mark.parametrize("start", [0, 700])                # the frequencies' gradient weighs positions
-def test_factored_shared_code_equals_tuple_path(monkeypatch, R, flush_rows, start):
+@pytest.mark.parametrize("conv", [False, True], ids=["sine", "conv"])
+def test_factored_shared_code_equals_tuple_path(monkeypatch, R, flush_rows, start, conv):
     monkeypatch.setattr(shared_module, "FACTOR_FLUSH_ROWS", flush_rows)
-    pe, filters, noise, inputs, eps = setup(R)
+    if conv:                                                            # FFTs and gradients one head at a time
+        monkeypatch.setattr(spe.conv, "CHUNK_BYTES", 1)
+    pe, filters, noise, inputs, eps = setup(R, conv=conv)
     reference = run_layers(pe, filters, noise, inputs, eps, factored=False, start=start)
     factored = run_layers(pe, filters, noise, inputs, eps, factored=True, start=start)
     for got, want in zip(factored[0] + list(factored[1]), reference[0] + list(reference[1])):
         torch.testing.assert_close(got, want)
 
 
-def test_factored_shared_code_supports_a_second_backward():
-    pe, filters, noise, inputs, eps = setup(6, layers=2)
+@pytest.mark.parametrize("conv", [False, True], ids=["sine", "conv"])
+def test_factored_shared_code_supports_a_second_backward(conv):
+    pe, filters, noise, inputs, eps = setup(6, layers=2, conv=conv)
     _, first, second = run_layers(pe, filters, noise, inputs, eps, factored=True, retain=True)
     _, reference = run_layers(pe, filters, noise, inputs, eps, factored=False)
     for a, b, want in zip(first, second, reference):
@@ -95,10 +101,11 @@ def test_without_gradients_nothing_is_tracked():
     assert code.link is None and code.codes[0].shape == (N, H, D, 6)
 
 
-def test_torch_backend_keeps_the_buffer_path():
-    pe = SineSPE(H, D, 6, K)
-    code = pe.shared_code(pe.draw_noise(N, 6), 0, N, backend="torch")
-    assert code.backend == "torch" and not isinstance(code.gradients, shared_module._SineFactorGradients)
+@pytest.mark.parametrize("pe, size, backend", [(SineSPE(H, D, 6, K), N, "torch"), (ConvSPE(1, H, D, 6, 3), N, "torch"),
+                                                (ConvSPE(2, H, D, 6, 3), (4, 5), None)], ids=["sine", "conv", "conv2d"])
+def test_torch_backend_and_2d_keep_the_buffer_path(pe, size, backend):
+    code = pe.shared_code(pe.draw_noise(size, 6), 0, size, backend=backend)
+    assert not isinstance(code.gradients, shared_module.PendingGradients)
 
 
 def training_pass(pe, filt, noise, x):
