@@ -133,6 +133,30 @@ inline Lanes16 fold(Lanes16 x, Lanes16 y) {
   return __builtin_shuffle(x, y, lo) + __builtin_shuffle(x, y, hi);
 }
 
+// out[i] = sum_r rows[i, r] g[r] for i < count <= 16: float rows of 64, g as four vectors; the 16 (or
+// fewer, the rest zero) vectors of partial sums added across lanes by one butterfly.
+inline void dots16(float* out, const float* rows, int count, const Lanes16 (&g)[4]) {
+  // the butterfly leaves the sum of input i in lane bitreverse4(i)
+  static constexpr int kLane[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+  Lanes16 v[16];
+  for (int i = 0; i < 16; ++i) {
+    const float* row = rows + i * 64;
+    v[i] = i < count ? load16(row) * g[0] + load16(row + 16) * g[1] + load16(row + 32) * g[2] +
+                           load16(row + 48) * g[3]
+                     : Lanes16{};
+  }
+  Lanes16 w[8], x[4], y[2];
+  for (int i = 0; i < 8; ++i) w[i] = fold<16>(v[2 * i], v[2 * i + 1]);
+  for (int i = 0; i < 4; ++i) x[i] = fold<8>(w[2 * i], w[2 * i + 1]);
+  for (int i = 0; i < 2; ++i) y[i] = fold<4>(x[2 * i], x[2 * i + 1]);
+  const Lanes16 sums = fold<2>(y[0], y[1]);
+  for (int i = 0; i < count; ++i) out[i] = sums[kLane[i]];
+}
+
+inline void load64(Lanes16 (&g)[4], const float* p) {
+  for (int q = 0; q < 4; ++q) g[q] = load16(p + 16 * q);
+}
+
 template <>
 inline void block_products<float, 64>(float* out, const float* __restrict__ e, const float* __restrict__ g,
                                       int64_t n, int64_t D, int64_t R) {
@@ -140,25 +164,27 @@ inline void block_products<float, 64>(float* out, const float* __restrict__ e, c
     for (int64_t d = 0; d < D; ++d) dot_rows<float, 64>(out + d, D, e + d * 64, g, n, R);
     return;
   }
-  // the butterfly leaves the sum of input k in lane bitreverse4(k)
-  static constexpr int kLane[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
   for (int64_t k = 0; k < n; ++k) {
-    const Lanes16 g0 = load16(g + k * 64), g1 = load16(g + k * 64 + 16);
-    const Lanes16 g2 = load16(g + k * 64 + 32), g3 = load16(g + k * 64 + 48);
-    for (int64_t d0 = 0; d0 < D; d0 += 16) {
-      Lanes16 v[16];
-      for (int i = 0; i < 16; ++i) {
-        const float* row = e + (d0 + i) * 64;
-        v[i] = load16(row) * g0 + load16(row + 16) * g1 + load16(row + 32) * g2 + load16(row + 48) * g3;
-      }
-      Lanes16 w[8], x[4], y[2];
-      for (int i = 0; i < 8; ++i) w[i] = fold<16>(v[2 * i], v[2 * i + 1]);
-      for (int i = 0; i < 4; ++i) x[i] = fold<8>(w[2 * i], w[2 * i + 1]);
-      for (int i = 0; i < 2; ++i) y[i] = fold<4>(x[2 * i], x[2 * i + 1]);
-      const Lanes16 sums = fold<2>(y[0], y[1]);
-      for (int i = 0; i < 16; ++i) out[k * D + d0 + i] = sums[kLane[i]];
-    }
+    Lanes16 row[4];
+    load64(row, g + k * 64);
+    for (int64_t d0 = 0; d0 < D; d0 += 16) dots16(out + k * D + d0, e + d0 * 64, 16, row);
   }
+}
+
+// out[i] = sum_r rows[i, r] e[r] for i < n: one row against the n rows of (n, R).
+template <typename scalar_t, int64_t KR>
+inline void row_dots(scalar_t* out, const scalar_t* __restrict__ e, const scalar_t* __restrict__ rows,
+                     int64_t n, int64_t R) {
+  dot_rows<scalar_t, KR>(out, 1, e, rows, n, R);
+}
+
+template <>
+inline void row_dots<float, 64>(float* out, const float* __restrict__ e, const float* __restrict__ rows,
+                                int64_t n, int64_t R) {
+  Lanes16 row[4];
+  load64(row, e);
+  for (int64_t i0 = 0; i0 < n; i0 += 16)
+    dots16(out + i0, rows + i0 * 64, static_cast<int>(std::min<int64_t>(16, n - i0)), row);
 }
 
 // acc[k, r] = sum_d xv[k, d] e[d, r] for k < n: the contraction of one (s, h) block, with the

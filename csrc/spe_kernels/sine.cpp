@@ -70,7 +70,7 @@ std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor
           for (int64_t hd = first; hd < std::min(first + D, end); ++hd) {
             const int64_t i = s * H * D + hd;
             const scalar_t* grow = gp + i * R;
-            dot_rows<scalar_t, KR>(gop + i * J, 1, grow, zp + hd * J * R, J, R);
+            row_dots<scalar_t, KR>(gop + i * J, grow, zp + hd * J * R, J, R);
             add_scaled_row<scalar_t, KR>(gzp + hd * J * R, op + i * J, 1, grow, J, R);
           }
         }
@@ -123,7 +123,7 @@ void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::
             const int64_t hd = h * D + d, i = (s * H + h) * D + d;
             std::fill(prow.begin(), prow.end(), scalar_t(0));
             add_combination<scalar_t, KR>(prow.data(), xv.data() + d, D, rows.data(), n, R);  // G[s, h, d]
-            dot_rows<scalar_t, KR>(dots.data(), 1, prow.data(), zp + hd * J * R, J, R);
+            row_dots<scalar_t, KR>(dots.data(), prow.data(), zp + hd * J * R, J, R);
             for (int64_t j = 0; j < J; ++j) gop[i * J + j] += dots[j];
             add_scaled_row<scalar_t, KR>(part + hd * J * R, op + i * J, 1, prow.data(), J, R);
           }

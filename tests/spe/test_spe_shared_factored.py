@@ -157,3 +157,29 @@ def test_workspace_reuses_only_unreferenced_matching_tensors():
     assert workspace.empty("b", (5,), like).data_ptr() != address
     del product
     workspace.clear()
+
+
+@pytest.mark.parametrize("J", [6, 10, 18])                 # 2K; above 16 the lane sums run twice
+def test_float32_sine_gradient_kernels_equal_float64_reference(J):
+    """The float32 paths of rows of 64 (butterfly sums across lanes) of the sine code's gradient, from
+    a stored code gradient and from the layers' triples, against float64 einsums."""
+    from spe.contract import compiled_kernels
+
+    torch.manual_seed(J)
+    S, R = 9, 64
+    omega, z = torch.randn(S, H, D, J, dtype=torch.float64), torch.randn(H, D, J, R, dtype=torch.float64)
+    xs = [strided_rows(b, S, H, D) for b in (3, 2)]
+    gs = [strided_rows(b, S, H, R) for b in (3, 2)]
+    scales = [torch.rand(H, D, dtype=torch.float64), None]
+    G = sum(torch.einsum("bshd,bshr->shdr", x if a is None else x * a, g) for x, g, a in zip(xs, gs, scales))
+    want_omega, want_z = torch.einsum("shdr,hdjr->shdj", G, z), torch.einsum("shdj,shdr->hdjr", omega, G)
+    kernels, single = compiled_kernels(), (omega.float(), z.float())
+    got_omega, got_z = kernels.sine_code_backward(G.float().contiguous(), *single)
+    tolerance = {"atol": 1e-4, "rtol": 1e-4}
+    torch.testing.assert_close(got_omega.double(), want_omega, **tolerance)
+    torch.testing.assert_close(got_z.double(), want_z, **tolerance)
+    got_omega, got_z = torch.zeros_like(single[0]), torch.zeros_like(single[1])
+    kernels.sine_pairs_backward(got_omega, got_z, [x.float() for x in xs], [g.float() for g in gs],
+                                [None if a is None else a.float() for a in scales], *single)
+    torch.testing.assert_close(got_omega.double(), want_omega, **tolerance)
+    torch.testing.assert_close(got_z.double(), want_z, **tolerance)
