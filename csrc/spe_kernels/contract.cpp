@@ -176,28 +176,11 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
             }
             block_products<scalar_t, KR>(gx.data(), e, grows.data(), B, D, R);
           }
-          for (int64_t d = 0; need_p && d < D; ++d) {
-            const scalar_t* crow = cp + (i * D + d) * R;
-            std::fill(prow.begin(), prow.end(), scalar_t(0));
-            add_combination<scalar_t, KR>(prow.data(), xv.data() + d, D, grows.data(), B, R);
-            const scalar_t* __restrict__ p = prow.data();
-            if (need_gate) {
-              scalar_t* __restrict__ psum = pp + (h * D + d) * R;
-              scalar_t dot = 0;
-#pragma omp simd reduction(+ : dot)
-              for (int64_t r = 0; r < fixed<KR>(R); ++r) {
-                dot += crow[r] * p[r];
-                psum[r] += p[r];
-              }
-              pa[h * D + d] += dot;
-            }
-            if (add_buf) {
-              const scalar_t ad = gate.on ? gp.a[h * D + d] : scalar_t(1);
-              scalar_t* __restrict__ brow = bp + (i * D + d) * R;
-#pragma omp simd
-              for (int64_t r = 0; r < fixed<KR>(R); ++r) brow[r] += ad * p[r];
-            }
-          }
+          if (need_p)
+            gate_rows<scalar_t, KR>(xv.data(), grows.data(), B, cp + i * D * R,
+                                    need_gate ? pp + h * D * R : nullptr, need_gate ? pa + h * D : nullptr,
+                                    add_buf ? bp + i * D * R : nullptr, gate.on ? gp.a + h * D : nullptr, D, R,
+                                    prow.data());
           if (need_x)
             for (int64_t b = 0; b < B; ++b)
               std::copy(gx.data() + b * D, gx.data() + (b + 1) * D, gxp + ((b * S + s) * H + h) * D);

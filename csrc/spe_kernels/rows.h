@@ -133,11 +133,22 @@ inline Lanes16 fold(Lanes16 x, Lanes16 y) {
   return __builtin_shuffle(x, y, lo) + __builtin_shuffle(x, y, hi);
 }
 
+// out[i] = the sum of the lanes of v[i], for i < count <= 16: four levels of `fold`, 15 additions in
+// all, instead of 16 separate horizontal sums.
+inline void butterfly16(float* out, const Lanes16 (&v)[16], int count) {
+  // the butterfly leaves the sum of input i in lane bitreverse4(i)
+  static constexpr int kLane[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+  Lanes16 w[8], x[4], y[2];
+  for (int i = 0; i < 8; ++i) w[i] = fold<16>(v[2 * i], v[2 * i + 1]);
+  for (int i = 0; i < 4; ++i) x[i] = fold<8>(w[2 * i], w[2 * i + 1]);
+  for (int i = 0; i < 2; ++i) y[i] = fold<4>(x[2 * i], x[2 * i + 1]);
+  const Lanes16 sums = fold<2>(y[0], y[1]);
+  for (int i = 0; i < count; ++i) out[i] = sums[kLane[i]];
+}
+
 // out[i] = sum_r rows[i, r] g[r] for i < count <= 16: float rows of 64, g as four vectors; the 16 (or
 // fewer, the rest zero) vectors of partial sums added across lanes by one butterfly.
 inline void dots16(float* out, const float* rows, int count, const Lanes16 (&g)[4]) {
-  // the butterfly leaves the sum of input i in lane bitreverse4(i)
-  static constexpr int kLane[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
   Lanes16 v[16];
   for (int i = 0; i < 16; ++i) {
     const float* row = rows + i * 64;
@@ -145,12 +156,7 @@ inline void dots16(float* out, const float* rows, int count, const Lanes16 (&g)[
                            load16(row + 48) * g[3]
                      : Lanes16{};
   }
-  Lanes16 w[8], x[4], y[2];
-  for (int i = 0; i < 8; ++i) w[i] = fold<16>(v[2 * i], v[2 * i + 1]);
-  for (int i = 0; i < 4; ++i) x[i] = fold<8>(w[2 * i], w[2 * i + 1]);
-  for (int i = 0; i < 2; ++i) y[i] = fold<4>(x[2 * i], x[2 * i + 1]);
-  const Lanes16 sums = fold<2>(y[0], y[1]);
-  for (int i = 0; i < count; ++i) out[i] = sums[kLane[i]];
+  butterfly16(out, v, count);
 }
 
 inline void load64(Lanes16 (&g)[4], const float* p) {
@@ -244,6 +250,84 @@ inline void block_combinations<float, 64>(float* __restrict__ acc, const float* 
     k0 += 2;
   }
   if (k0 < n) combination_tile<1>(acc, xv, code, a, c, noise, k0, D);
+}
+
+// The backward's per-row work on the product P = x^T g of one (s, h) block (xv (n, D), g (n, R)):
+// for each d, psum[d] += P[d] and dots[d] += sum_r code[d, r] P[d, r] (the gate's sums; both
+// skipped when psum is null), buf[d] += a[d] P[d] (skipped when buf is null; a null: 1).
+template <typename scalar_t, int64_t KR>
+inline void gate_rows(const scalar_t* xv, const scalar_t* g, int64_t n, const scalar_t* code, scalar_t* psum,
+                      scalar_t* dots, scalar_t* buf, const scalar_t* a, int64_t D, int64_t R,
+                      scalar_t* __restrict__ prow) {
+  const int64_t len = fixed<KR>(R);
+  for (int64_t d = 0; d < D; ++d) {
+    std::fill(prow, prow + len, scalar_t(0));
+    add_combination<scalar_t, KR>(prow, xv + d, D, g, n, R);
+    const scalar_t* __restrict__ p = prow;
+    const scalar_t* __restrict__ crow = code + d * len;
+    if (psum != nullptr) {
+      scalar_t* __restrict__ ps = psum + d * len;
+      scalar_t dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t r = 0; r < fixed<KR>(R); ++r) {
+        dot += crow[r] * p[r];
+        ps[r] += p[r];
+      }
+      dots[d] += dot;
+    }
+    if (buf != nullptr) {
+      const scalar_t ad = a != nullptr ? a[d] : scalar_t(1);
+      scalar_t* __restrict__ brow = buf + d * len;
+#pragma omp simd
+      for (int64_t r = 0; r < fixed<KR>(R); ++r) brow[r] += ad * p[r];
+    }
+  }
+}
+
+// The same for float rows of 64: each P row in registers, the code . P products of 16 rows summed
+// across lanes by one butterfly.
+template <>
+inline void gate_rows<float, 64>(const float* xv, const float* g, int64_t n, const float* code, float* psum,
+                                 float* dots, float* buf, const float* a, int64_t D, int64_t R,
+                                 float* __restrict__ prow) {
+  for (int64_t d0 = 0; d0 < D; d0 += 16) {
+    const int count = static_cast<int>(std::min<int64_t>(16, D - d0));
+    Lanes16 v[16];
+    for (int i = 0; i < 16; ++i) {
+      v[i] = Lanes16{};
+      if (i >= count) continue;
+      const int64_t d = d0 + i;
+      Lanes16 p[4] = {};
+      for (int64_t k = 0; k < n; ++k) {
+        const float x = xv[k * D + d];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) p[q] += x * load16(g + k * 64 + 16 * q);
+      }
+      if (psum != nullptr) {
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          float* ps = psum + d * 64 + 16 * q;
+          const Lanes16 sum = load16(ps) + p[q];
+          __builtin_memcpy(ps, &sum, sizeof(sum));
+          v[i] += load16(code + d * 64 + 16 * q) * p[q];
+        }
+      }
+      if (buf != nullptr) {
+        const float ad = a != nullptr ? a[d] : 1.0f;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          float* b = buf + d * 64 + 16 * q;
+          const Lanes16 sum = load16(b) + ad * p[q];
+          __builtin_memcpy(b, &sum, sizeof(sum));
+        }
+      }
+    }
+    if (psum != nullptr) {
+      float sums[16];
+      butterfly16(sums, v, count);
+      for (int i = 0; i < count; ++i) dots[d0 + i] += sums[i];
+    }
+  }
 }
 
 // Copies the (s, h) rows of t (B, S, H, n), any strides, into rows (B, n).
