@@ -23,5 +23,6 @@ from spe.conv import ConvSPE
 from spe.filter import SPEFilter
 from spe.shared import SharedCode
 from spe.sine import SineSPE
+from spe.workspace import Workspace
 
-__all__ = ["SineSPE", "ConvSPE", "SPEFilter", "SharedCode"]
+__all__ = ["SineSPE", "ConvSPE", "SPEFilter", "SharedCode", "Workspace"]

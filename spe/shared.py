@@ -16,11 +16,14 @@ own pass (`gradient_buffer`) instead of handing over a pair.
     code = SharedCode(*pe((B, N)))                 # or model code: SharedCode(qbar, kbar)
     qhat, khat = filt(q, k, code)                  # any number of filters / layers
 
-A sineSPE code can also be shared in factored form (`SharedCode.sine`, what `SineSPE.shared_code`
-returns when the compiled kernels apply): the code itself is stored for the forward, but its gradient
-never is. The pairs are turned straight into the gradients of the code's factors (omega, z) by one
-compiled pass (`spe_kernels.sine_pairs_backward`) that forms each (D, R) block of the code gradient
-in cache, FACTOR_FLUSH_ROWS rows at a time: no gradient buffer to allocate, zero and read back.
+A code can also take its gradient in factored form (`SharedCode.from_parts` with `PendingGradients`:
+what `SineSPE.shared_code` and, in 1-D, `ConvSPE.shared_code` return when the compiled kernels apply):
+the code itself is stored for the forward, but its gradient never is. The pending triples are turned
+straight into the gradients of what the code was computed from, FACTOR_FLUSH_ROWS rows at a time:
+sineSPE's (omega, z, then the frequencies and offsets) by one compiled pass
+(`spe_kernels.sine_pairs_backward`) that forms each (D, R) block of the code gradient in cache
+(`SharedCode.sine`), convSPE's filters a few heads at a time (`spe.conv`). No code-sized gradient
+buffer to allocate, zero and read back.
 
 The filters' autograd nodes keep the code slices they use as saved tensors, not the SharedCode, so
 once the backward has run nothing but the caller holds the code (a `Workspace` can then reuse it).
@@ -38,8 +41,8 @@ from spe.contract import accumulate, backend_for, compiled_kernels
 from spe.workspace import Workspace
 
 FLUSH_ROWS = 16  # pending (x, grad) batch rows that trigger an accumulation into the buffer
-# pending batch rows that trigger the factored gradient pass of a sineSPE SharedCode (each pass costs
-# about as much as one over a whole code gradient, so it takes as many layers as memory allows)
+# pending batch rows that trigger a factored gradient pass (`PendingGradients`; each pass costs about
+# as much as one over a whole code gradient, so it takes as many layers as memory allows)
 FACTOR_FLUSH_ROWS = 32
 
 
