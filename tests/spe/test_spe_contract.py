@@ -40,16 +40,23 @@ def reference(x, code, gate, grad):
     return out.detach(), [t.grad for t in leaves]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("size", SIZES)
-def test_gated_contraction_equals_autograd_reference(backend, gated, size):
+def case(size, gated):
+    """Strided x and grad, a code, a gate or None for size (B, S, H, D, R), and the reference output
+    and gradients (x, code, a, c, noise)."""
     torch.manual_seed(sum(size))
     B, S, H, D, R = size
     x, grad = strided_rows(B, S, H, D), strided_rows(B, S, H, R)
     code = torch.randn(S, H, D, R, dtype=torch.float64)
     gate = make_gate(H, D, R) if gated else None
-    expected, grads = reference(x, code, gate, grad)
+    return (x, grad, code, gate, *reference(x, code, gate, grad))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("size", SIZES)
+def test_gated_contraction_equals_autograd_reference(backend, gated, size):
+    x, grad, code, gate, expected, grads = case(size, gated)
+    S, H, D, R = code.shape
     torch.testing.assert_close(gated_contract(x, code, gate, backend), expected)
     start = torch.randn(S, H, D, R, dtype=torch.float64)
     buf = start.clone()
@@ -71,12 +78,8 @@ def test_float32_kernels_equal_float64_reference(gated, size):
     a butterfly sum, 4-row register tiles with a remainder), against the float64 reference."""
     if not compiled_available():
         pytest.skip("spe_kernels is not installed")
-    torch.manual_seed(sum(size))
-    B, S, H, D, R = size
-    x, grad = strided_rows(B, S, H, D), strided_rows(B, S, H, R)
-    code = torch.randn(S, H, D, R, dtype=torch.float64)
-    gate = make_gate(H, D, R) if gated else None
-    expected, grads = reference(x, code, gate, grad)
+    x, grad, code, gate, expected, grads = case(size, gated)
+    S, H, D, R = code.shape
     single = [t.float() for t in (x, code, grad)]
     gate32 = None if gate is None else tuple(t.float() for t in gate)
     tolerance = {"atol": 1e-4, "rtol": 1e-4}
