@@ -42,6 +42,14 @@ class Workspace:
         """Forget every kept tensor (their memory is freed once nothing else holds them)."""
         self._tensors.clear()
 
+    # a cache, not state: a copied or pickled module (copy.deepcopy(model), torch.save(model)) starts
+    # with an empty workspace instead of duplicating or writing out hundreds of MiB of codes
+    def __deepcopy__(self, memo) -> Workspace:
+        return Workspace()
+
+    def __getstate__(self) -> dict:
+        return {"_tensors": {}}
+
 
 def _only_reference(t: torch.Tensor) -> bool:
     """Whether t's storage is held by t alone (no alias or view handed out is alive, no autograd saved

@@ -183,3 +183,14 @@ def test_float32_sine_gradient_kernels_equal_float64_reference(J):
                                 [None if a is None else a.float() for a in scales], *single)
     torch.testing.assert_close(got_omega.double(), want_omega, **tolerance)
     torch.testing.assert_close(got_z.double(), want_z, **tolerance)
+
+
+def test_copies_of_a_generator_start_with_an_empty_workspace():
+    import copy
+    import pickle
+
+    pe = SineSPE(H, D, 6, K)
+    pe.shared_code(pe.draw_noise(N, 6), 0, N)
+    assert pe._workspace._tensors                                       # the codes are kept
+    assert not copy.deepcopy(pe)._workspace._tensors
+    assert not pickle.loads(pickle.dumps(pe))._workspace._tensors
