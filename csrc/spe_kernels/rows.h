@@ -106,6 +106,70 @@ inline void block_products(scalar_t* out, const scalar_t* __restrict__ e, const 
   for (int64_t d = 0; d < D; ++d) dot_rows<scalar_t, KR>(out + d, D, e + d * fixed<KR>(R), g, n, R);
 }
 
+// out[i] = sum_r rows[i, r] e[r] for i < n: one row against the n rows of (n, R).
+template <typename scalar_t, int64_t KR>
+inline void row_dots(scalar_t* out, const scalar_t* __restrict__ e, const scalar_t* __restrict__ rows,
+                     int64_t n, int64_t R) {
+  dot_rows<scalar_t, KR>(out, 1, e, rows, n, R);
+}
+
+// acc[k, r] = sum_d xv[k, d] e[d, r] for k < n: the contraction of one (s, h) block, with the
+// effective rows e[d] = a[d] code[d] + c[d] noise[d] formed one at a time in `row` (R values) when a
+// is given (a, c: the head's (D) gate values, noise its (D, R) rows), else e = code. acc is (n, R).
+template <typename scalar_t, int64_t KR>
+inline void block_combinations(scalar_t* __restrict__ acc, const scalar_t* xv, const scalar_t* code,
+                               const scalar_t* a, const scalar_t* c, const scalar_t* noise, int64_t n,
+                               int64_t D, int64_t R, scalar_t* __restrict__ row) {
+  const int64_t len = fixed<KR>(R);
+  std::fill(acc, acc + n * len, scalar_t(0));
+  for (int64_t d = 0; d < D; ++d) {
+    const scalar_t* __restrict__ e = code + d * len;
+    if (a != nullptr) {
+      const scalar_t* __restrict__ nr = noise + d * len;
+#pragma omp simd
+      for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] = a[d] * e[r] + c[d] * nr[r];
+      e = row;
+    }
+    add_scaled_row<scalar_t, KR>(acc, xv + d, D, e, n, R);
+  }
+}
+
+// The backward's per-row work on the product P = x^T g of one (s, h) block (xv (n, D), g (n, R)):
+// for each d, psum[d] += P[d] and dots[d] += sum_r code[d, r] P[d, r] (the gate's sums; both
+// skipped when psum is null), buf[d] += a[d] P[d] (skipped when buf is null; a null: 1).
+template <typename scalar_t, int64_t KR>
+inline void gate_rows(const scalar_t* xv, const scalar_t* g, int64_t n, const scalar_t* code, scalar_t* psum,
+                      scalar_t* dots, scalar_t* buf, const scalar_t* a, int64_t D, int64_t R,
+                      scalar_t* __restrict__ prow) {
+  const int64_t len = fixed<KR>(R);
+  for (int64_t d = 0; d < D; ++d) {
+    std::fill(prow, prow + len, scalar_t(0));
+    add_combination<scalar_t, KR>(prow, xv + d, D, g, n, R);
+    const scalar_t* __restrict__ p = prow;
+    const scalar_t* __restrict__ crow = code + d * len;
+    if (psum != nullptr) {
+      scalar_t* __restrict__ ps = psum + d * len;
+      scalar_t dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t r = 0; r < fixed<KR>(R); ++r) {
+        dot += crow[r] * p[r];
+        ps[r] += p[r];
+      }
+      dots[d] += dot;
+    }
+    if (buf != nullptr) {
+      const scalar_t ad = a != nullptr ? a[d] : scalar_t(1);
+      scalar_t* __restrict__ brow = buf + d * len;
+#pragma omp simd
+      for (int64_t r = 0; r < fixed<KR>(R); ++r) brow[r] += ad * p[r];
+    }
+  }
+}
+
+// ---- float rows of 64 in 16-lane vectors (GCC vector extensions; other compilers, or a build with
+// CFLAGS=-DSPE_NO_VECTOR_PATHS, keep the loops above: same values, tested both ways) ----
+#if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
+
 // The same for float rows of 64 with D a multiple of 16, in 16-lane vectors (GCC vector extensions:
 // AVX-512 registers where there are some, pairs of AVX2 ones elsewhere): the 16 dot products of a
 // row of g with 16 rows of e are kept as 16 vectors of partial sums, then added across lanes all at
@@ -177,13 +241,6 @@ inline void block_products<float, 64>(float* out, const float* __restrict__ e, c
   }
 }
 
-// out[i] = sum_r rows[i, r] e[r] for i < n: one row against the n rows of (n, R).
-template <typename scalar_t, int64_t KR>
-inline void row_dots(scalar_t* out, const scalar_t* __restrict__ e, const scalar_t* __restrict__ rows,
-                     int64_t n, int64_t R) {
-  dot_rows<scalar_t, KR>(out, 1, e, rows, n, R);
-}
-
 template <>
 inline void row_dots<float, 64>(float* out, const float* __restrict__ e, const float* __restrict__ rows,
                                 int64_t n, int64_t R) {
@@ -191,27 +248,6 @@ inline void row_dots<float, 64>(float* out, const float* __restrict__ e, const f
   load64(row, e);
   for (int64_t i0 = 0; i0 < n; i0 += 16)
     dots16(out + i0, rows + i0 * 64, static_cast<int>(std::min<int64_t>(16, n - i0)), row);
-}
-
-// acc[k, r] = sum_d xv[k, d] e[d, r] for k < n: the contraction of one (s, h) block, with the
-// effective rows e[d] = a[d] code[d] + c[d] noise[d] formed one at a time in `row` (R values) when a
-// is given (a, c: the head's (D) gate values, noise its (D, R) rows), else e = code. acc is (n, R).
-template <typename scalar_t, int64_t KR>
-inline void block_combinations(scalar_t* __restrict__ acc, const scalar_t* xv, const scalar_t* code,
-                               const scalar_t* a, const scalar_t* c, const scalar_t* noise, int64_t n,
-                               int64_t D, int64_t R, scalar_t* __restrict__ row) {
-  const int64_t len = fixed<KR>(R);
-  std::fill(acc, acc + n * len, scalar_t(0));
-  for (int64_t d = 0; d < D; ++d) {
-    const scalar_t* __restrict__ e = code + d * len;
-    if (a != nullptr) {
-      const scalar_t* __restrict__ nr = noise + d * len;
-#pragma omp simd
-      for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] = a[d] * e[r] + c[d] * nr[r];
-      e = row;
-    }
-    add_scaled_row<scalar_t, KR>(acc, xv + d, D, e, n, R);
-  }
 }
 
 // Rows k0 .. k0+K-1 of block_combinations<float, 64>, held in 4K vector registers through the loop
@@ -250,38 +286,6 @@ inline void block_combinations<float, 64>(float* __restrict__ acc, const float* 
     k0 += 2;
   }
   if (k0 < n) combination_tile<1>(acc, xv, code, a, c, noise, k0, D);
-}
-
-// The backward's per-row work on the product P = x^T g of one (s, h) block (xv (n, D), g (n, R)):
-// for each d, psum[d] += P[d] and dots[d] += sum_r code[d, r] P[d, r] (the gate's sums; both
-// skipped when psum is null), buf[d] += a[d] P[d] (skipped when buf is null; a null: 1).
-template <typename scalar_t, int64_t KR>
-inline void gate_rows(const scalar_t* xv, const scalar_t* g, int64_t n, const scalar_t* code, scalar_t* psum,
-                      scalar_t* dots, scalar_t* buf, const scalar_t* a, int64_t D, int64_t R,
-                      scalar_t* __restrict__ prow) {
-  const int64_t len = fixed<KR>(R);
-  for (int64_t d = 0; d < D; ++d) {
-    std::fill(prow, prow + len, scalar_t(0));
-    add_combination<scalar_t, KR>(prow, xv + d, D, g, n, R);
-    const scalar_t* __restrict__ p = prow;
-    const scalar_t* __restrict__ crow = code + d * len;
-    if (psum != nullptr) {
-      scalar_t* __restrict__ ps = psum + d * len;
-      scalar_t dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t r = 0; r < fixed<KR>(R); ++r) {
-        dot += crow[r] * p[r];
-        ps[r] += p[r];
-      }
-      dots[d] += dot;
-    }
-    if (buf != nullptr) {
-      const scalar_t ad = a != nullptr ? a[d] : scalar_t(1);
-      scalar_t* __restrict__ brow = buf + d * len;
-#pragma omp simd
-      for (int64_t r = 0; r < fixed<KR>(R); ++r) brow[r] += ad * p[r];
-    }
-  }
 }
 
 // The same for float rows of 64: each P row in registers, the code . P products of 16 rows summed
@@ -329,6 +333,8 @@ inline void gate_rows<float, 64>(const float* xv, const float* g, int64_t n, con
     }
   }
 }
+
+#endif  // GCC vector extensions
 
 // Copies the (s, h) rows of t (B, S, H, n), any strides, into rows (B, n).
 template <typename scalar_t>
