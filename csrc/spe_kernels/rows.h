@@ -167,7 +167,7 @@ inline void gate_rows(const scalar_t* xv, const scalar_t* g, int64_t n, const sc
 }
 
 // ---- float rows of 64 in 16-lane vectors (GCC vector extensions; other compilers, or a build with
-// CFLAGS=-DSPE_NO_VECTOR_PATHS, keep the loops above: same values, tested both ways) ----
+// CFLAGS=-DSPE_NO_VECTOR_PATHS, keep the loops above: same values; the test suite passed with both builds) ----
 #if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
 
 // The same for float rows of 64 with D a multiple of 16, in 16-lane vectors (GCC vector extensions:
