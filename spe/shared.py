@@ -34,6 +34,7 @@ Values and gradients equal those of passing the tuple (qbar, kbar) to every filt
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -70,8 +71,8 @@ class SharedCode:
 
     @classmethod
     def sine(cls, omega_q: torch.Tensor, omega_k: torch.Tensor, z: torch.Tensor,
-             workspace: Workspace | None = None, phases: tuple[torch.Tensor, torch.Tensor, int] | None = None
-             ) -> SharedCode:
+             workspace: Workspace | None = None, phases: tuple[torch.Tensor, torch.Tensor, int] | None = None,
+             recompute_omegas: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None) -> SharedCode:
         """The sineSPE code qbar = omega_q z, kbar = omega_k z (omegas (S, H, D, 2K), z (H, D, 2K, R),
         contiguous) shared with its gradient taken in factored form, through the compiled kernels
         (`factored_available`). The two codes are written into `workspace` tensors when given.
@@ -79,7 +80,8 @@ class SharedCode:
         Gradients flow to the omegas, or, with phases = (freqs, offsets, start), to the frequencies
         f (H, D, K, float64) and query offsets theta (H, D, K) that the omegas (then constants) are the
         interleaved cos / sin of: 2 pi f (start + s) (+ theta for the queries), so that no autograd
-        graph of the (S, H, D, K) phases is kept through the step."""
+        graph of the (S, H, D, K) phases is kept through the step. `recompute_omegas` (a function
+        returning the same omegas) has the backward compute them again instead of keeping them."""
         if not factored_available(omega_q, z):
             raise ValueError("SharedCode.sine needs the compiled spe_kernels (with sine_pairs_backward) and "
                              "float32/64 CPU tensors of one dtype")
@@ -89,8 +91,8 @@ class SharedCode:
         for name, omega in (("qbar", omega_q), ("kbar", omega_k)):
             out = None if workspace is None else workspace.empty(name, shape, like=z)
             codes.append(kernels.sine_code(omega.detach(), z.detach(), out))
-        gradients = _SineFactorGradients(omega_q.detach(), omega_k.detach(), z.detach(),
-                                         None if phases is None else phases[2])
+        kept = (omega_q.detach(), omega_k.detach()) if recompute_omegas is None else recompute_omegas
+        gradients = _SineFactorGradients(kept, z.detach(), None if phases is None else phases[2])
         inputs = (omega_q, omega_k, z) if phases is None else (phases[0], phases[1], z)
         return cls.from_parts(tuple(codes), gradients, inputs)
 
@@ -248,11 +250,21 @@ class _SineFactorGradients(PendingGradients):
     compiled pass that forms each (D, R) block of the code gradient in cache. Inputs (omega_q,
     omega_k, z), or with `start` (the omegas then constants) (freqs, offsets, z)."""
 
-    def __init__(self, omega_q: torch.Tensor, omega_k: torch.Tensor, z: torch.Tensor, start: int | None) -> None:
+    def __init__(self, omegas: tuple[torch.Tensor, torch.Tensor] | Callable[[], tuple[torch.Tensor, torch.Tensor]],
+                 z: torch.Tensor, start: int | None) -> None:
         super().__init__()
-        self.omegas, self.z, self.start = (omega_q, omega_k), z, start
+        # the omegas, or a function that computes them again in the backward (then not kept through
+        # the step: 2 x 21 MiB at the paper's width), held from the first flush to the result
+        self._omegas, self.z, self.start = omegas, z, start
+        self._kept = None if callable(omegas) else omegas
         self.grad_omegas: list[torch.Tensor | None] = [None, None]
         self.grad_z: list[torch.Tensor | None] = [None, None]
+
+    @property
+    def omegas(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._kept is None:
+            self._kept = self._omegas()
+        return self._kept
 
     def add_triples(self, which: int, positions: int, triples: list) -> None:
         omega, dtype = self.omegas[which], self.z.dtype
@@ -268,11 +280,14 @@ class _SineFactorGradients(PendingGradients):
         grad_z = [g for g in self.grad_z if g is not None]
         grad_z = sum(grad_z) if grad_z else None
         grad_q, grad_k = self.grad_omegas
+        omegas = self._kept                                             # set by any flush that gave a gradient
         self.grad_omegas, self.grad_z = [None, None], [None, None]
+        if callable(self._omegas):
+            self._kept = None
         if self.start is None:
             return [grad_q, grad_k, grad_z]
         phase_q, phase_k = (None if g is None else _phase_gradient(g, omega)
-                            for g, omega in zip((grad_q, grad_k), self.omegas))  # (S, H, D, K) each
+                            for g, omega in zip((grad_q, grad_k), omegas or (None, None)))  # (S, H, D, K) each
         phase = [g for g in (phase_q, phase_k) if g is not None]
         if not phase:
             return [None, None, grad_z]

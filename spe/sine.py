@@ -82,11 +82,19 @@ class SineSPE(nn.Module):
         self._check_request(noise, start, length)
         z = self._scaled_noise(noise)                                   # (H, D, 2K, R)
         if backend in (None, "compiled") and factored_available(self.freqs, z):
-            with torch.no_grad():                                       # gradients: through the phases
-                omega_q, omega_k = self._omegas(torch.arange(start, start + length, device=noise.device))
+            versions = (self.freqs._version, self.offsets._version)
+
+            def omegas() -> tuple[torch.Tensor, torch.Tensor]:          # (L, H, D, 2K) each, no autograd
+                if (self.freqs._version, self.offsets._version) != versions:
+                    raise RuntimeError("SineSPE's freqs or offsets were modified in place between the forward "
+                                       "and the backward of a shared code")
+                with torch.no_grad():
+                    positions = torch.arange(start, start + length, device=noise.device)
+                    return tuple(o.contiguous() for o in self._omegas(positions))
+
             freqs = torch.sigmoid(self.freqs.double()) / 2              # (H, D, K), as in _cycles
-            return SharedCode.sine(omega_q.contiguous(), omega_k.contiguous(), z.contiguous(), self._workspace,
-                                   phases=(freqs, self.offsets, start))
+            return SharedCode.sine(*omegas(), z.contiguous(), self._workspace, phases=(freqs, self.offsets, start),
+                                   recompute_omegas=omegas if torch.is_grad_enabled() else None)
         omega_q, omega_k, z = self._factors(noise, start, length)
         qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
         return SharedCode(qbar.unsqueeze(0), kbar.unsqueeze(0), backend)

@@ -194,3 +194,14 @@ def test_copies_of_a_generator_start_with_an_empty_workspace():
     assert pe._workspace._tensors                                       # the codes are kept
     assert not copy.deepcopy(pe)._workspace._tensors
     assert not pickle.loads(pickle.dumps(pe))._workspace._tensors
+
+
+def test_frequencies_changed_between_forward_and_backward_raise():
+    """The backward computes the omegas again (they are not kept through the step): an in-place
+    change of the frequencies in between would give wrong gradients, so it raises."""
+    pe, filt = SineSPE(H, D, 6, K), SPEFilter(False)
+    qhat, khat = filt(torch.randn(B, N, H, D), torch.randn(B, N, H, D), pe.shared_code(pe.draw_noise(N, 6), 0, N))
+    with torch.no_grad():
+        pe.freqs.add_(0.1)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        (qhat.sum() + khat.sum()).backward()
