@@ -234,8 +234,8 @@ def _filter_gradient(z_f: torch.Tensor, grad: torch.Tensor, size: Tuple[int, ...
 
 
 class _ConvFactorGradients(PendingGradients):
-    """A 1-D convSPE code's gradients in factored form: each flush forms the code gradient of a few
-    heads at a time (the layers' triples accumulated into a small (S, h, D, R) buffer by the compiled
+    """A 1-D convSPE code's gradients in factored form: each flush (at the end of the backward, both
+    codes together) forms the code gradient of a few heads at a time (the layers' triples accumulated into a small (S, h, D, R) buffer by the compiled
     kernel) and turns it into the filters' gradients by FFT, as `_FilteredNoise`'s backward does for
     a whole code gradient. Inputs: the two scaled filters (H*D, P)."""
 
@@ -246,24 +246,26 @@ class _ConvFactorGradients(PendingGradients):
         self.shape = shape                                              # (S, H, D, R) of each code
         self.grads: list[Optional[torch.Tensor]] = [None, None]
 
-    def add_triples(self, which: int, positions: int, triples: list) -> None:
+    def add_groups(self, groups: list) -> None:
+        """Each chunk of heads: the noise's spectrum there once, then for each (which, positions,
+        triples) group the code gradient's chunk and its filter gradient."""
         S, H, D, R = self.shape
-        if self.grads[which] is None:
-            self.grads[which] = self.z.new_zeros(H * D, *self.kernel_size)
+        for which, _, _ in groups:
+            if self.grads[which] is None:
+                self.grads[which] = self.z.new_zeros(H * D, *self.kernel_size)
         step = max(1, _chunk_channels(self.z, self.fft_size) // D)      # whole heads per chunk
-        buf = None
         for h0 in range(0, H, step):
             h1 = min(H, h0 + step)
             channels = slice(h0 * D, h1 * D)
-            if buf is None or buf.shape[1] != h1 - h0:
-                buf = self.z.new_empty(S, h1 - h0, D, R)
-            buf.zero_()
-            accumulate(buf[:positions], [x[:, :, h0:h1] for x, _, _ in triples],
-                       [g[:, :, h0:h1] for _, g, _ in triples], "compiled",
-                       [None if a is None else a[h0:h1] for _, _, a in triples])
             z_f = _padded_rfft(self.z[:, channels], self.fft_size)      # (R, c, F')
-            self.grads[which][channels] += _filter_gradient(z_f, buf.view(S, -1, R), self.size, self.fft_size,
-                                                            self.kernel_size)
+            buf = self.z.new_empty(S, h1 - h0, D, R)                    # (S, h, D, R): this chunk's G
+            for which, positions, triples in groups:
+                buf.zero_()
+                accumulate(buf[:positions], [x[:, :, h0:h1] for x, _, _ in triples],
+                           [g[:, :, h0:h1] for _, g, _ in triples], "compiled",
+                           [None if a is None else a[h0:h1] for _, _, a in triples])
+                self.grads[which][channels] += _filter_gradient(z_f, buf.view(S, -1, R), self.size,
+                                                                self.fft_size, self.kernel_size)
 
     def result(self) -> list[Optional[torch.Tensor]]:
         grads, self.grads = self.grads, [None, None]

@@ -212,9 +212,9 @@ class _Link(torch.autograd.Function):
 class PendingGradients:
     """Gradients of a SharedCode taken in factored form (`SharedCode.from_parts`): the filters' (x,
     grad, scale) triples are kept pending and handed, FACTOR_FLUSH_ROWS batch rows at a time and
-    grouped by prefix length, to `add_triples`, which adds their contribution to the gradients of the
-    code's inputs; `result` returns those, one per input (None where unused). No code-sized buffer is
-    ever handed to the filters."""
+    grouped by prefix length, to `add_groups` (by default `add_triples` per group), which adds their
+    contribution to the gradients of the code's inputs; `result` returns those, one per input (None
+    where unused). No code-sized buffer is ever handed to the filters."""
 
     def __init__(self) -> None:
         self.pending: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]] = [[], []]
@@ -227,16 +227,25 @@ class PendingGradients:
     def gradient_buffer(self, which: int, positions: int) -> None:
         return None
 
-    def flush(self, which: int) -> None:
-        pending, self.pending[which] = self.pending[which], []
-        for positions in sorted({x.shape[1] for x, _, _ in pending}):
-            self.add_triples(which, positions, [t for t in pending if t[0].shape[1] == positions])
+    def flush(self, *codes: int) -> None:
+        """Hand the pending triples of these codes (0: qbar, 1: kbar) to `add_groups` in one call."""
+        groups = []
+        for which in codes:
+            pending, self.pending[which] = self.pending[which], []
+            groups += [(which, positions, [t for t in pending if t[0].shape[1] == positions])
+                       for positions in sorted({x.shape[1] for x, _, _ in pending})]
+        if groups:
+            self.add_groups(groups)
 
     def take(self) -> list[torch.Tensor | None]:
         """The inputs' gradients, all pending triples included; then starts afresh."""
-        self.flush(0)
-        self.flush(1)
+        self.flush(0, 1)
         return self.result()
+
+    def add_groups(self, groups: list) -> None:
+        """Add the contribution of (which, positions, triples) groups."""
+        for which, positions, triples in groups:
+            self.add_triples(which, positions, triples)
 
     def add_triples(self, which: int, positions: int, triples: list) -> None:
         raise NotImplementedError
