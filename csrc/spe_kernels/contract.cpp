@@ -74,20 +74,6 @@ struct GatePtrs {
   }
 };
 
-// Row d of the effective block of head h: the code's row itself without a gate, else formed in `row`.
-template <typename scalar_t, int64_t KR>
-inline const scalar_t* effective_row(const scalar_t* code_row, const GatePtrs<scalar_t>& gate, int64_t h,
-                                     int64_t d, int64_t D, int64_t R, scalar_t* __restrict__ row) {
-  if (gate.a == nullptr) return code_row;
-  const int64_t hd = h * D + d;
-  const scalar_t ad = gate.a[hd], cd = gate.c[hd];
-  const scalar_t* __restrict__ noise_row = gate.noise + hd * R;
-  const scalar_t* __restrict__ c = code_row;
-#pragma omp simd
-  for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] = ad * c[r] + cd * noise_row[r];
-  return row;
-}
-
 at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10::optional<at::Tensor>& a,
                          const c10::optional<at::Tensor>& c, const c10::optional<at::Tensor>& noise) {
   check_code(code, "code");
@@ -171,7 +157,8 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
             const scalar_t* e = cp + i * D * R;  // the block, or the effective block formed here
             if (gate.on) {
               for (int64_t d = 0; d < D; ++d)
-                effective_row<scalar_t, KR>(e + d * R, gp, h, d, D, R, eblk.data() + d * R);
+                effective_row<scalar_t, KR>(eblk.data() + d * R, e + d * R, gp.a[h * D + d], gp.c[h * D + d],
+                                            gp.noise + (h * D + d) * R, R);
               e = eblk.data();
             }
             block_products<scalar_t, KR>(gx.data(), e, grows.data(), B, D, R);

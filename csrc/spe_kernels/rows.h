@@ -113,6 +113,14 @@ inline void row_dots(scalar_t* out, const scalar_t* __restrict__ e, const scalar
   dot_rows<scalar_t, KR>(out, 1, e, rows, n, R);
 }
 
+// row[r] = a code_row[r] + c noise_row[r]: one row of the effective (gated) code.
+template <typename scalar_t, int64_t KR>
+inline void effective_row(scalar_t* __restrict__ row, const scalar_t* __restrict__ code_row, scalar_t a,
+                          scalar_t c, const scalar_t* __restrict__ noise_row, int64_t R) {
+#pragma omp simd
+  for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] = a * code_row[r] + c * noise_row[r];
+}
+
 // acc[k, r] = sum_d xv[k, d] e[d, r] for k < n: the contraction of one (s, h) block, with the
 // effective rows e[d] = a[d] code[d] + c[d] noise[d] formed one at a time in `row` (R values) when a
 // is given (a, c: the head's (D) gate values, noise its (D, R) rows), else e = code. acc is (n, R).
@@ -123,11 +131,9 @@ inline void block_combinations(scalar_t* __restrict__ acc, const scalar_t* xv, c
   const int64_t len = fixed<KR>(R);
   std::fill(acc, acc + n * len, scalar_t(0));
   for (int64_t d = 0; d < D; ++d) {
-    const scalar_t* __restrict__ e = code + d * len;
+    const scalar_t* e = code + d * len;
     if (a != nullptr) {
-      const scalar_t* __restrict__ nr = noise + d * len;
-#pragma omp simd
-      for (int64_t r = 0; r < fixed<KR>(R); ++r) row[r] = a[d] * e[r] + c[d] * nr[r];
+      effective_row<scalar_t, KR>(row, e, a[d], c[d], noise + d * len, R);
       e = row;
     }
     add_scaled_row<scalar_t, KR>(acc, xv + d, D, e, n, R);

@@ -7,15 +7,20 @@
 
 namespace spe_detail {
 
-// sineSPE code: code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r], written straight into
-// the (S, H, D, R) layout the contraction reads (no (H, D, S, R) intermediate and no permuted copy),
-// a new tensor or `out` (contiguous, reused from an earlier call: no fresh pages to fault in).
-at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z, c10::optional<at::Tensor> out_arg) {
+// omega (S, H, D, J) and z (H, D, J, R): contiguous CPU tensors of one dtype whose (H, D, J) agree.
+inline void check_factors(const at::Tensor& omega, const at::Tensor& z) {
   TORCH_CHECK(omega.device().is_cpu() && omega.dim() == 4 && omega.is_contiguous(),
               "omega must be a contiguous (S, H, D, J) CPU tensor");
   TORCH_CHECK(z.dim() == 4 && z.is_contiguous() && z.scalar_type() == omega.scalar_type() &&
               z.size(0) == omega.size(1) && z.size(1) == omega.size(2) && z.size(2) == omega.size(3),
               "z must be a contiguous (H, D, J, R) tensor matching omega ", omega.sizes());
+}
+
+// sineSPE code: code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r], written straight into
+// the (S, H, D, R) layout the contraction reads (no (H, D, S, R) intermediate and no permuted copy),
+// a new tensor or `out` (contiguous, reused from an earlier call: no fresh pages to fault in).
+at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z, c10::optional<at::Tensor> out_arg) {
+  check_factors(omega, z);
   const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
   at::Tensor out;
   if (out_arg.has_value() && out_arg->defined()) {
@@ -88,11 +93,7 @@ std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor
 void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::vector<at::Tensor>& xs,
                          const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
                          const at::Tensor& omega, const at::Tensor& z) {
-  TORCH_CHECK(omega.device().is_cpu() && omega.dim() == 4 && omega.is_contiguous(),
-              "omega must be a contiguous (S, H, D, J) CPU tensor");
-  TORCH_CHECK(z.dim() == 4 && z.is_contiguous() && z.scalar_type() == omega.scalar_type() &&
-              z.size(0) == omega.size(1) && z.size(1) == omega.size(2) && z.size(2) == omega.size(3),
-              "z must be a contiguous (H, D, J, R) tensor matching omega ", omega.sizes());
+  check_factors(omega, z);
   TORCH_CHECK(grad_omega.sizes() == omega.sizes() && grad_omega.is_contiguous() &&
               grad_omega.scalar_type() == omega.scalar_type() && grad_z.sizes() == z.sizes() &&
               grad_z.is_contiguous() && grad_z.scalar_type() == z.scalar_type(),
