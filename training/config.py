@@ -92,8 +92,8 @@ class TrainConfig:
     spe_code: str = "auto"
     num_workers: int = 0  # DataLoader worker processes per training process
     # CPU only: "system" (glibc's defaults) or "reuse": glibc keeps freed memory for the next step,
-    # no page faults on the large tensors each step allocates again, faster for SPE, at the price of
-    # some peak memory (training/memory.py; both measured in bench/README.md)
+    # no page faults on the large tensors each step allocates again, at the price of some peak memory
+    # (training/memory.py; bench/README.md: it sped SPE up before SPE reused its own codes)
     cpu_allocator: str = "system"
 
     def validate(self) -> None:
