@@ -12,10 +12,11 @@
 //   accumulate: buf[s, h, d, r] += sum_t sum_b x_t[b, s, h, d] scale_t[h, d] g_t[b, s, h, r]
 //
 // code and buf are contiguous (S, H, D, R); x and g may have any strides. Each (s, h) block of the
-// code (D x R) is read once per call and reused for every batch row while it sits in cache, which
-// is what torch.bmm cannot do well for the tiny per-position (B x D) @ (D x R) products; the
-// effective block is formed one row at a time, never stored. The loops over R are compiled for
-// R = 64 and 32 with a fixed trip count (rows.h), at run time for other R.
+// code (D x R) is read once per call (the forward asks for the next block ahead of use) and reused
+// for every batch row while it sits in cache, which is what torch.bmm cannot do well for the tiny
+// per-position (B x D) @ (D x R) products; the effective block is formed one row at a time, never
+// stored. The loops over R are compiled for R = 64 and 32 with a fixed trip count (rows.h), at run
+// time for other R.
 #include "common.h"
 #include "rows.h"
 
@@ -91,6 +92,7 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
       std::vector<scalar_t> xv(B * D), erow(R), acc(B * R);  // x rows (B, D), one effective row, out (B, R)
       for (int64_t i = begin; i < end; ++i) {
         const int64_t s = i / H, h = i % H;
+        if (i + 1 < end) prefetch_block(cp + (i + 1) * D * R, D * R * int64_t(sizeof(scalar_t)));
         gather(x, s, h, xv.data());
         block_combinations<scalar_t, KR>(acc.data(), xv.data(), cp + i * D * R, gp.a ? gp.a + h * D : nullptr,
                                          gp.c ? gp.c + h * D : nullptr, gp.noise ? gp.noise + h * D * R : nullptr,
