@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from spe.contract import accumulate, backend_for, compiled_kernels
+from spe.contract import backend_for, compiled_kernels
 from spe.shared import PendingGradients, SharedCode
 from spe.workspace import Workspace
 
@@ -95,7 +95,8 @@ class ConvSPE(nn.Module):
         1-D with the compiled kernels (backend None or "compiled"): its gradient is taken without
         code-sized buffers, the layers' (x, grad, scale) triples turned into the filters' gradients a
         few heads at a time (`_ConvFactorGradients`)."""
-        if self.ndim != 1 or backend not in (None, "compiled") or backend_for(noise) != "compiled":
+        if self.ndim != 1 or backend not in (None, "compiled") or backend_for(noise) != "compiled" \
+                or not hasattr(compiled_kernels(), "accumulate_positions_last"):  # (or an older build)
             return SharedCode(*self.codes(noise, start, length), backend)
         z, fft_size, size, filters, outs = self._prepare(noise, start, length)
         with torch.no_grad():
@@ -226,18 +227,25 @@ def _filter_gradient(z_f: torch.Tensor, grad: torch.Tensor, size: Tuple[int, ...
     (R, c, *F') and the code's gradient grad (S, c, R): sum_{r, m} g[m, c, r] z[r, c, m + p]."""
     g = swap_outer(grad)                                                # (R, c, S)
     g_f = _padded_rfft(g.view(*g.shape[:2], *size), fft_size)           # (R, c, *F')
+    return _correlation(z_f, g_f, fft_size, kernel_size)
+
+
+def _correlation(z_f: torch.Tensor, g_f: torch.Tensor, fft_size: Tuple[int, ...], kernel_size: Tuple[int, ...]
+                 ) -> torch.Tensor:
+    """sum_{r, m} g[r, c, m] z[r, c, m + p] for p < P (c, *P), from the spectra z_f, g_f (R, c, *F')."""
     spectrum = z_f[0] * g_f[0].conj()                                   # (c, *F'): sum over r
     for r in range(1, z_f.shape[0]):
         spectrum.addcmul_(z_f[r], g_f[r].conj())
-    corr = torch.fft.irfftn(spectrum, s=fft_size, dim=tuple(range(1, len(size) + 1)))  # (c, *fft_size)
+    corr = torch.fft.irfftn(spectrum, s=fft_size, dim=tuple(range(1, len(fft_size) + 1)))  # (c, *fft_size)
     return corr[(slice(None), *(slice(0, p) for p in kernel_size))]     # (c, *P)
 
 
 class _ConvFactorGradients(PendingGradients):
     """A 1-D convSPE code's gradients in factored form: each flush (at the end of the backward, both
-    codes together) forms the code gradient of a few heads at a time (the layers' triples accumulated into a small (S, h, D, R) buffer by the compiled
-    kernel) and turns it into the filters' gradients by FFT, as `_FilteredNoise`'s backward does for
-    a whole code gradient. Inputs: the two scaled filters (H*D, P)."""
+    codes together) forms the code gradient of a few heads at a time, the layers' triples summed
+    by the compiled kernel straight into the FFT's zero-padded (R, c, F) layout, and turns it into
+    the filters' gradients by FFT, as `_FilteredNoise`'s backward does for a whole code gradient.
+    Inputs: the two scaled filters (H*D, P)."""
 
     def __init__(self, z: torch.Tensor, fft_size: Tuple[int, ...], size: Tuple[int, ...],
                  kernel_size: Tuple[int, ...], shape: Tuple[int, int, int, int]) -> None:
@@ -248,7 +256,8 @@ class _ConvFactorGradients(PendingGradients):
 
     def add_groups(self, groups: list) -> None:
         """Each chunk of heads: the noise's spectrum there once, then for each (which, positions,
-        triples) group the code gradient's chunk and its filter gradient."""
+        triples) group the code gradient's chunk, formed positions-last straight into a padded
+        signal (`spe_kernels.accumulate_positions_last`), and its filter gradient."""
         S, H, D, R = self.shape
         for which, _, _ in groups:
             if self.grads[which] is None:
@@ -258,14 +267,15 @@ class _ConvFactorGradients(PendingGradients):
             h1 = min(H, h0 + step)
             channels = slice(h0 * D, h1 * D)
             z_f = _padded_rfft(self.z[:, channels], self.fft_size)      # (R, c, F')
-            buf = self.z.new_empty(S, h1 - h0, D, R)                    # (S, h, D, R): this chunk's G
+            signal = self.z.new_empty(R, (h1 - h0) * D, self.fft_size[0])  # (R, c, F): G, zero-padded
             for which, positions, triples in groups:
-                buf.zero_()
-                accumulate(buf[:positions], [x[:, :, h0:h1] for x, _, _ in triples],
-                           [g[:, :, h0:h1] for _, g, _ in triples], "compiled",
-                           [None if a is None else a[h0:h1] for _, _, a in triples])
-                self.grads[which][channels] += _filter_gradient(z_f, buf.view(S, -1, R), self.size,
-                                                                self.fft_size, self.kernel_size)
+                signal[..., positions:].zero_()
+                compiled_kernels().accumulate_positions_last(
+                    signal[..., :positions], [x.to(self.z.dtype) for x, _, _ in triples],
+                    [g.to(self.z.dtype) for _, g, _ in triples],
+                    [None if a is None else a.to(self.z.dtype).contiguous() for _, _, a in triples], h0)
+                g_f = torch.fft.rfft(signal)                            # (R, c, F')
+                self.grads[which][channels] += _correlation(z_f, g_f, self.fft_size, self.kernel_size)
 
     def result(self) -> list[Optional[torch.Tensor]]:
         grads, self.grads = self.grads, [None, None]

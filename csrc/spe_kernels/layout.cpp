@@ -1,8 +1,12 @@
-// Layout kernel of convSPE's code (spe/conv.py holds the PyTorch reference): the FFTs run along
+// Layout kernels of convSPE's code (spe/conv.py holds the PyTorch references): the FFTs run along
 // the last axis, (R, C, S), while the contraction reads (S, C, R). torch's permuted copy of such a
 // tensor walks one side with a stride of C*S elements; here each (A, B) plane is copied in square
-// tiles that stay in L1.
+// tiles that stay in L1. The code gradient of a few heads is formed directly positions-last.
 #include "common.h"
+#include "rows.h"
+
+#include <algorithm>
+#include <vector>
 
 namespace spe_detail {
 
@@ -45,6 +49,135 @@ at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out_arg) {
     });
   });
   return out;
+}
+
+}  // namespace spe_detail
+
+namespace spe_detail {
+
+constexpr int64_t kLanes = 16;  // positions per tile of accumulate_positions_last
+
+namespace {
+
+// acc[i][q][j] = sum_k xt[k, d + i, j] gt[k, r + q, j] for i < DB, q < RB, j < kLanes, written to
+// out_rows[(i, q)] + j for j < len: one (DB x RB) block of a tile, xt (n, D, kLanes), gt (n, R, kLanes).
+template <typename scalar_t, int DB, int RB>
+inline void tile_block(const scalar_t* xt, const scalar_t* gt, int64_t n, int64_t D, int64_t R, int64_t d,
+                       int64_t r, scalar_t* op, int64_t orr, int64_t oc, int64_t len) {
+  scalar_t acc[DB][RB][kLanes] = {};
+  for (int64_t k = 0; k < n; ++k) {
+    const scalar_t* xk = xt + (k * D + d) * kLanes;
+    const scalar_t* gk = gt + (k * R + r) * kLanes;
+    for (int i = 0; i < DB; ++i)
+      for (int q = 0; q < RB; ++q) {
+#pragma omp simd
+        for (int64_t j = 0; j < kLanes; ++j) acc[i][q][j] += xk[i * kLanes + j] * gk[q * kLanes + j];
+      }
+  }
+  for (int i = 0; i < DB; ++i)
+    for (int q = 0; q < RB; ++q) std::copy(acc[i][q], acc[i][q] + len, op + (r + q) * orr + (d + i) * oc);
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
+// The same for float: the DB x RB sums of 16 lanes held in vector registers (rows.h's Lanes16).
+template <int DB, int RB>
+inline void tile_block_float(const float* xt, const float* gt, int64_t n, int64_t D, int64_t R, int64_t d,
+                             int64_t r, float* op, int64_t orr, int64_t oc, int64_t len) {
+  static_assert(kLanes == 16, "one Lanes16 vector per row of a tile");
+  Lanes16 acc[DB][RB] = {};
+  for (int64_t k = 0; k < n; ++k) {
+    const float* xk = xt + (k * D + d) * kLanes;
+    const float* gk = gt + (k * R + r) * kLanes;
+    Lanes16 xv[DB], gv[RB];
+    for (int i = 0; i < DB; ++i) xv[i] = load16(xk + i * kLanes);
+    for (int q = 0; q < RB; ++q) gv[q] = load16(gk + q * kLanes);
+    for (int i = 0; i < DB; ++i)
+      for (int q = 0; q < RB; ++q) acc[i][q] += xv[i] * gv[q];
+  }
+  for (int i = 0; i < DB; ++i)
+    for (int q = 0; q < RB; ++q) {
+      float lanes[16];
+      __builtin_memcpy(lanes, &acc[i][q], sizeof(lanes));
+      std::copy(lanes, lanes + len, op + (r + q) * orr + (d + i) * oc);
+    }
+}
+
+template <>
+inline void tile_block<float, 4, 4>(const float* xt, const float* gt, int64_t n, int64_t D, int64_t R, int64_t d,
+                                    int64_t r, float* op, int64_t orr, int64_t oc, int64_t len) {
+  tile_block_float<4, 4>(xt, gt, n, D, R, d, r, op, orr, oc, len);
+}
+#endif
+
+}  // namespace
+
+// out[r, (h - h0) D + d, s] = sum_t sum_b x_t[b, s, h, d] scale_t[h, d] g_t[b, s, h, r]: the code
+// gradient of the heads h0 .. h0 + c / D - 1 written (not added) straight into convSPE's FFT layout
+// out (R, c, S), a crop of the padded signal (last dimension contiguous). `accumulate` forms the
+// same in (S, H, D, R) and needs a zeroed buffer and a transposed copy after it. Tiles of kLanes
+// positions: each tile's x and g rows are gathered positions-last, then every (d, r) output row
+// is a sum of elementwise products over the triples' batch rows.
+void accumulate_positions_last(at::Tensor& out, const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& gs,
+                               const std::vector<c10::optional<at::Tensor>>& scales, int64_t h0) {
+  TORCH_CHECK(!xs.empty(), "accumulate_positions_last needs at least one (x, grad) pair");
+  const at::Tensor ref = xs[0].select(0, 0);  // (S, H, D): the shapes and dtype the pairs are checked against
+  TORCH_CHECK(out.device().is_cpu() && out.dim() == 3 && out.stride(2) == 1, "out must be an (R, c, S) CPU "
+              "tensor with a contiguous last dimension, got ", out.sizes());
+  const int64_t S = ref.size(0), H = ref.size(1), D = ref.size(2), R = out.size(0), C = out.size(1);
+  const std::vector<at::Tensor> scale = check_pairs(xs, gs, scales, ref, R);
+  TORCH_CHECK(out.scalar_type() == ref.scalar_type() && out.size(2) == S && C % D == 0 && h0 >= 0 &&
+              h0 + C / D <= H, "out (", out.sizes(), ") must hold R rows of whole heads from head ", h0,
+              " and the pairs' ", S, " positions, in their dtype");
+  int64_t n = 0;  // batch rows of all pairs together
+  for (const auto& x : xs) n += x.size(0);
+  const int64_t heads = C / D, tiles = (S + kLanes - 1) / kLanes;
+  const int64_t orr = out.stride(0), oc = out.stride(1);
+  dispatch(out, [&](auto zero) {
+    using scalar_t = decltype(zero);
+    scalar_t* op = out.data_ptr<scalar_t>();
+    at::parallel_for(0, heads * tiles, 1, [&](int64_t begin, int64_t end) {
+      std::vector<scalar_t> xt(n * D * kLanes), gt(n * R * kLanes);  // (n, D, kLanes), (n, R, kLanes)
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t hh = task / tiles, s0 = (task % tiles) * kLanes, len = std::min(kLanes, S - s0);
+        const int64_t h = h0 + hh;
+        if (len < kLanes) {
+          std::fill(xt.begin(), xt.end(), scalar_t(0));
+          std::fill(gt.begin(), gt.end(), scalar_t(0));
+        }
+        int64_t k = 0;
+        for (size_t t = 0; t < xs.size(); ++t) {
+          const at::Tensor &x = xs[t], &g = gs[t];
+          const int64_t xb = x.stride(0), xs1 = x.stride(1), xd = x.stride(3);
+          const int64_t gb = g.stride(0), gs1 = g.stride(1), gr = g.stride(3);
+          const scalar_t* xp = x.data_ptr<scalar_t>() + h * x.stride(2);
+          const scalar_t* gp = g.data_ptr<scalar_t>() + h * g.stride(2);
+          const scalar_t* sc = scale[t].defined() ? scale[t].data_ptr<scalar_t>() + h * D : nullptr;
+          for (int64_t b = 0; b < x.size(0); ++b, ++k) {
+            scalar_t* __restrict__ xk = xt.data() + k * D * kLanes;
+            scalar_t* __restrict__ gk = gt.data() + k * R * kLanes;
+            for (int64_t j = 0; j < len; ++j) {
+              const scalar_t* xrow = xp + b * xb + (s0 + j) * xs1;
+              const scalar_t* grow = gp + b * gb + (s0 + j) * gs1;
+              if (sc != nullptr)
+                for (int64_t d = 0; d < D; ++d) xk[d * kLanes + j] = xrow[d * xd] * sc[d];
+              else
+                for (int64_t d = 0; d < D; ++d) xk[d * kLanes + j] = xrow[d * xd];
+              for (int64_t r = 0; r < R; ++r) gk[r * kLanes + j] = grow[r * gr];
+            }
+          }
+        }
+        scalar_t* tile_out = op + hh * D * oc + s0;
+        int64_t d = 0;
+        for (; d + 4 <= D; d += 4) {
+          int64_t r = 0;
+          for (; r + 4 <= R; r += 4) tile_block<scalar_t, 4, 4>(xt.data(), gt.data(), n, D, R, d, r, tile_out, orr, oc, len);
+          for (; r < R; ++r) tile_block<scalar_t, 4, 1>(xt.data(), gt.data(), n, D, R, d, r, tile_out, orr, oc, len);
+        }
+        for (; d < D; ++d)
+          for (int64_t r = 0; r < R; ++r) tile_block<scalar_t, 1, 1>(xt.data(), gt.data(), n, D, R, d, r, tile_out, orr, oc, len);
+      }
+    });
+  });
 }
 
 }  // namespace spe_detail

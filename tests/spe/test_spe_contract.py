@@ -125,6 +125,30 @@ def test_scaled_accumulate(backend):
         accumulate(buf, [x for x, _ in pairs], [g for _, g in pairs], backend, scales[:1])
 
 
+@pytest.mark.skipif(not hasattr(contract_module.compiled_kernels(), "accumulate_positions_last"),
+                    reason="spe_kernels is not installed or predates accumulate_positions_last")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("S, D, R, h0, heads", [(37, 5, 7, 1, 2), (16, 8, 4, 0, 3), (50, 16, 64, 2, 1)])
+def test_accumulate_positions_last_writes_the_transposed_sum(dtype, S, D, R, h0, heads):
+    """convSPE's code gradient written positions-last into a crop of a padded buffer equals the
+    scaled sum of outer products, transposed; the padding is left alone (tiles of 16 positions with
+    a tail; d and r blocks of 4 with a rest; strided x, scale or none)."""
+    torch.manual_seed(8)
+    H = h0 + heads + 1
+    pairs = [(strided_rows(b, S, H, D).to(dtype), strided_rows(b, S, H, R).to(dtype)) for b in (3, 1, 2)]
+    scales = [torch.rand(H, D, dtype=dtype), None, torch.rand(H, D, dtype=dtype)]
+    expected = sum(torch.einsum("bshd,bshr->rhds", x if a is None else x * a, g)
+                   for (x, g), a in zip(pairs, scales))[:, h0:h0 + heads].reshape(R, heads * D, S)
+    padded = torch.full((R, heads * D, S + 9), 7.0, dtype=dtype)
+    contract_module.compiled_kernels().accumulate_positions_last(
+        padded[..., :S], [x for x, _ in pairs], [g for _, g in pairs], scales, h0)
+    torch.testing.assert_close(padded[..., :S], expected)
+    assert (padded[..., S:] == 7).all()
+    with pytest.raises(RuntimeError, match="whole heads"):
+        contract_module.compiled_kernels().accumulate_positions_last(
+            padded[..., :S], [x for x, _ in pairs], [g for _, g in pairs], scales, H - heads + 1)
+
+
 def test_gated_errors():
     code = torch.randn(4, 2, 3, 5)
     x = torch.randn(1, 4, 2, 3)
