@@ -15,6 +15,7 @@ Size = Union[int, Sequence[int]]
 # bytes of one channel chunk's signal (R, channels, *fft_size): the FFTs run chunk by chunk, so that
 # their temporaries stay small enough for the allocator to reuse (below glibc's 32 MiB mmap threshold)
 CHUNK_BYTES = 8 * 2**20
+FFT_POWER, FFT_POWER_FROM = 32, 512  # FFT sizes from 512 on are multiples of 32 (`_fft_size`)
 
 _CONV_MODULES = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 _CONV_FUNCTIONS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}  # for the (small) exact template
@@ -159,13 +160,16 @@ class ConvSPE(nn.Module):
 
 
 def _fft_size(n: int) -> int:
-    """Smallest integer >= n whose prime factors are 2, 3 and 5 (fast FFT sizes)."""
+    """Smallest integer >= n whose prime factors are 2, 3 and 5 and which, from FFT_POWER_FROM on,
+    is a multiple of FFT_POWER: torch's CPU transforms of sizes with a large odd part took 2.5-3x
+    longer per sample than the next size of this form (2187 = 3^7 against 2304, 16875 = 3^3 5^4
+    against 17280; bench/README.md), and were never faster by more than the machine's noise."""
     while True:
         rest = n
         for prime in (2, 3, 5):
             while rest % prime == 0:
                 rest //= prime
-        if rest == 1:
+        if rest == 1 and (n < FFT_POWER_FROM or n % FFT_POWER == 0):
             return n
         n += 1
 

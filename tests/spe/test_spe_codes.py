@@ -231,3 +231,19 @@ def test_conv_codes_reuse_their_storage_once_released():
     assert qbar.data_ptr() == address
     torch.testing.assert_close(qbar, values)
     assert pe.codes(noise, 0, 12)[0].data_ptr() != address              # qbar is still held
+
+
+def test_fft_size_is_the_smallest_fast_size():
+    """2, 3, 5-smooth, >= n, a multiple of 32 from 512 on (2187 = 3^7 and 16875 = 3^3 5^4 are slow),
+    and the smallest such size."""
+    def fast(m):
+        rest = m
+        for prime in (2, 3, 5):
+            while rest % prime == 0:
+                rest //= prime
+        return rest == 1 and (m < 512 or m % 32 == 0)
+
+    assert [_fft_size(n) for n in (1, 7, 227, 1151, 2175, 16511)] == [1, 8, 240, 1152, 2304, 17280]
+    for n in range(1, 5000, 7):
+        m = _fft_size(n)
+        assert m >= n and fast(m) and not any(fast(k) for k in range(n, m))
