@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from spe.contract import backend_for, compiled_kernels
+from spe.random import draw_seed, normal
 from spe.shared import PendingGradients, SharedCode
 from spe.workspace import Workspace
 
@@ -72,13 +73,14 @@ class ConvSPE(nn.Module):
 
     def draw_noise(self, length: Size, num_realizations: Optional[int] = None,
                    generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """White noise covering positions 0 .. length-1 plus the filter margin: (R, H*D, *(length + P - 1))."""
+        """White noise covering positions 0 .. length-1 plus the filter margin: (R, H*D, *(length + P - 1)),
+        a counter-based draw (`spe.random`) keyed by a seed taken from `generator`."""
         size = self._as_tuple(length, "length")
         r = self.num_realizations if num_realizations is None else num_realizations
         weight = self.conv_q.weight
         padded = [s + p - 1 for s, p in zip(size, self.kernel_size)]
-        return torch.randn(r, weight.shape[0], *padded, generator=generator, device=weight.device,
-                           dtype=weight.dtype)
+        return normal((r, weight.shape[0], *padded), draw_seed(generator), device=weight.device,
+                      dtype=weight.dtype)
 
     def codes(self, noise: torch.Tensor, start: Size, length: Size):
         """(qbar, kbar) at positions start .. start+length-1, each (1, *length, H, D, R), contiguous.

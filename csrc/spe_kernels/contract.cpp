@@ -31,6 +31,8 @@ void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::
                          const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
                          const at::Tensor& omega, const at::Tensor& z);
 at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out);                   // layout.cpp
+void normal_fill(at::Tensor& out, int64_t seed, int64_t offset);                                 // normal.cpp
+std::vector<int64_t> philox4x32(const std::vector<int64_t>& counter, const std::vector<int64_t>& key);
 void accumulate_positions_last(at::Tensor& out, const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& gs,
                                const std::vector<c10::optional<at::Tensor>>& scales, int64_t h0);
 
@@ -244,6 +246,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("omega"), py::arg("z"));
   m.def("swap_outer", &swap_outer, "out[b,c,a] = x[a,c,b]: (A, C, B) -> (B, C, A), new or into out",
         py::arg("x"), py::arg("out") = py::none());
+  m.def("normal_fill", &normal_fill, "out = samples offset .. offset+numel-1 of the normal draw keyed by seed",
+        py::arg("out"), py::arg("seed"), py::arg("offset") = 0);
+  m.def("philox4x32", &philox4x32, "Philox4x32-10 of one counter (4 words) and key (2 words)",
+        py::arg("counter"), py::arg("key"));
   m.def("accumulate_positions_last", &accumulate_positions_last,
         "out[r,(h-h0)*D+d,s] = sum_t sum_b x_t[b,s,h,d] (scale_t[h,d]) g_t[b,s,h,r] (written, not added)",
         py::arg("out"), py::arg("xs"), py::arg("grads"), py::arg("scales"), py::arg("h0"));

@@ -1,0 +1,96 @@
+"""Counter-based Gaussian noise: convSPE's white noise, drawn fast, in parallel and reproducibly.
+
+torch draws normal samples on the CPU on one thread from one Mersenne-Twister stream; convSPE's
+noise, R x H*D x (N + P - 1) samples, took 1.3 s of a 7.6 s training step at N 16384, batch 1
+(bench/README.md). Here sample i of a draw keyed by a 64-bit `seed` is a function of (seed, i)
+alone, so a draw runs on all threads, in any order, with the same values:
+
+- Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), key = the
+  seed's two 32-bit halves, turns counter k = (k mod 2^32, k div 2^32, 0, 0) into four 32-bit
+  words w0..w3;
+- Box-Muller turns (w0, w1) and (w2, w3) into two samples each, in float32: u = (w >> 8 + 1) 2^-24
+  in (0, 1], v = (w' >> 8) 2^-24, sqrt(-2 log u) (cos 2 pi v, sin 2 pi v);
+- sample i is word (i mod 4B) div B of counter (i div 4B) B + i mod B, B = BLOCK = 64 counters (the
+  compiled kernel's block: its samples are its counters' words 0, then 1, 2, 3).
+
+`normal` runs the compiled kernel (`spe_kernels.normal_fill`, vectorised, about 2.7x faster than
+torch's sampler per core, bench/README.md) on float32 / float64 CPU tensors and this module's
+PyTorch implementation elsewhere (other devices and dtypes, or without the extension): the same
+integers, and samples equal to float32 rounding (the kernel's logarithm and sine are polynomials).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from spe.contract import compiled_kernels
+
+BLOCK = 64  # counters per block of the sample order (the compiled kernel's block)
+MASK = 0xFFFFFFFF
+PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # Philox4x32 multipliers
+PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # Weyl increments of the key
+SEED_BOUND = 2**63 - 1  # `draw_seed` draws seeds in [0, SEED_BOUND)
+
+
+def draw_seed(generator: Optional[torch.Generator] = None) -> int:
+    """A seed for `normal` from `generator` (or torch's default generator)."""
+    device = generator.device if generator is not None else "cpu"
+    return int(torch.randint(0, SEED_BOUND, (), generator=generator, device=device))
+
+
+def normal(shape: Sequence[int], seed: int, offset: int = 0, device: Optional[torch.device] = None,
+           dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Samples offset .. offset + prod(shape) - 1 of the draw keyed by `seed`, as a `shape` tensor."""
+    if not 0 <= seed < 2**64 or offset < 0:
+        raise ValueError(f"seed must be in [0, 2^64) and offset >= 0, got {seed} and {offset}")
+    device = torch.device("cpu") if device is None else torch.device(device)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    kernels = compiled_kernels()
+    if device.type == "cpu" and dtype in (torch.float32, torch.float64) and hasattr(kernels, "normal_fill"):
+        out = torch.empty(tuple(shape), dtype=dtype)
+        kernels.normal_fill(out, seed - 2**64 if seed >= 2**63 else seed, offset)  # the 64 bits, signed
+        return out
+    count = math.prod(shape)
+    return _normal_reference(seed, offset, count, device).to(dtype).view(tuple(shape))
+
+
+def philox(counter: Sequence[torch.Tensor], key: Sequence[int]) -> tuple[torch.Tensor, ...]:
+    """Philox4x32-10 of counters given as four int64 tensors of 32-bit words, key two ints."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key
+    for _ in range(10):
+        hi0, lo0 = _mulhilo(PHILOX_M[0], c0)
+        hi1, lo1 = _mulhilo(PHILOX_M[1], c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0, k1 = (k0 + PHILOX_W[0]) & MASK, (k1 + PHILOX_W[1]) & MASK
+    return c0, c1, c2, c3
+
+
+def _mulhilo(m: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(high, low) 32-bit words of m x for m < 2^32 and x an int64 tensor of values < 2^32, without
+    overflowing int64: m = mh 2^16 + ml, both partial products < 2^48."""
+    low_part, high_part = x * (m & 0xFFFF), x * (m >> 16)
+    low = (low_part + ((high_part & 0xFFFF) << 16)) & MASK
+    high = (high_part + (low_part >> 16)) >> 16
+    return high, low
+
+
+def _normal_reference(seed: int, offset: int, count: int, device: torch.device) -> torch.Tensor:
+    """Samples offset .. offset + count - 1 (float32, on device) by the module's definition."""
+    first, last = offset // (4 * BLOCK), (offset + count + 4 * BLOCK - 1) // (4 * BLOCK)
+    counters = torch.arange(first * BLOCK, last * BLOCK, device=device, dtype=torch.int64)  # (blocks * B)
+    zero = torch.zeros_like(counters)
+    words = philox((counters & MASK, counters >> 32, zero, zero), (seed & MASK, (seed >> 32) & MASK))
+    samples = []
+    for w, w2 in ((words[0], words[1]), (words[2], words[3])):
+        u = ((w >> 8) + 1).to(torch.float32) * 2.0**-24                # (0, 1]
+        v = (w2 >> 8).to(torch.float32) * 2.0**-24                      # [0, 1)
+        radius = torch.sqrt(-2.0 * torch.log(u))
+        angle = 2.0 * math.pi * v.to(torch.float64)
+        samples += [radius * torch.cos(angle).to(torch.float32), radius * torch.sin(angle).to(torch.float32)]
+    order = torch.stack([s.view(-1, BLOCK) for s in samples], dim=1)    # (blocks, 4, B): the sample order
+    start = offset - first * 4 * BLOCK
+    return order.reshape(-1)[start:start + count]

@@ -1,0 +1,100 @@
+"""spe.random: Philox4x32-10 + Box-Muller, compiled and PyTorch, and convSPE's noise drawn with it."""
+
+import math
+
+import pytest
+import torch
+
+import spe.random as random_module
+from spe import ConvSPE
+from spe.contract import compiled_kernels
+from spe.random import BLOCK, _normal_reference, draw_seed, normal, philox
+
+KERNELS = compiled_kernels()
+needs_kernel = pytest.mark.skipif(not hasattr(KERNELS, "normal_fill"),
+                                  reason="spe_kernels is not installed or predates normal_fill")
+
+# Random123's known-answer vectors of philox4x32-10: (counter, key, output)
+KNOWN_ANSWERS = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+@pytest.mark.parametrize("counter, key, expected", KNOWN_ANSWERS)
+def test_philox_known_answers(counter, key, expected):
+    words = philox([torch.tensor([c]) for c in counter], key)
+    assert tuple(int(w) for w in words) == expected
+    if hasattr(KERNELS, "philox4x32"):
+        assert tuple(KERNELS.philox4x32(list(counter), list(key))) == expected
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", [0, 5, 2**63 + 12345, 2**64 - 1])
+def test_compiled_draw_equals_reference(dtype, seed):
+    """Same integers; samples equal to float32 rounding (polynomial log / sine in the kernel); any
+    offset and length, blocks cut anywhere."""
+    for offset, count in ((0, 1), (0, 4 * BLOCK), (37, 1000), (4 * BLOCK - 1, 3), (10**6 + 3, 700)):
+        got = normal((count,), seed, offset, dtype=dtype)
+        expected = _normal_reference(seed, offset, count, torch.device("cpu")).to(dtype)
+        assert got.dtype == dtype and got.shape == (count,)
+        torch.testing.assert_close(got, expected, atol=2e-6, rtol=2e-6)
+
+
+def test_reference_runs_when_the_kernel_is_absent(monkeypatch):
+    monkeypatch.setattr(random_module, "compiled_kernels", lambda: None)
+    a = normal((3, 50), 11, 7)
+    assert a.shape == (3, 50) and a.dtype == torch.float32
+    torch.testing.assert_close(a.view(-1), _normal_reference(11, 7, 150, torch.device("cpu")))
+
+
+def test_samples_depend_on_seed_and_index_only():
+    whole = normal((5000,), 3)
+    torch.testing.assert_close(normal((2, 100), 3, 1234).view(-1), whole[1234:1434], atol=0, rtol=0)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single = normal((5000,), 3)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(single, whole)
+    assert not torch.equal(normal((5000,), 4), whole)
+
+
+def test_samples_are_standard_normal_and_uncorrelated():
+    """Moments, a Kolmogorov-Smirnov test against the normal law (1% level) and lag correlations
+    of 2^21 samples."""
+    x = normal((2**21,), 2024).double()
+    n = x.numel()
+    assert abs(float(x.mean())) < 4 / math.sqrt(n)
+    assert abs(float(x.var()) - 1) < 6 * math.sqrt(2 / n)
+    assert abs(float((x**4).mean()) - 3) < 6 * math.sqrt(96 / n)
+    ordered = x.sort().values
+    cdf = 0.5 * (1 + torch.erf(ordered / math.sqrt(2)))
+    rank = torch.arange(1, n + 1, dtype=torch.float64)
+    distance = max(float((rank / n - cdf).max()), float((cdf - (rank - 1) / n).max()))
+    assert distance < 1.63 / math.sqrt(n)
+    for lag in (1, 2, 3, 4, BLOCK, 4 * BLOCK):
+        assert abs(float((x[:-lag] * x[lag:]).mean())) < 5 / math.sqrt(n)
+
+
+def test_bad_seed_or_offset():
+    with pytest.raises(ValueError, match="seed"):
+        normal((3,), -1)
+    with pytest.raises(ValueError, match="offset"):
+        normal((3,), 1, -2)
+
+
+def test_conv_noise_follows_the_generator():
+    pe = ConvSPE(1, 2, 3, 4, 5)
+    first = pe.draw_noise(20, generator=torch.Generator().manual_seed(1))
+    again = pe.draw_noise(20, generator=torch.Generator().manual_seed(1))
+    other = pe.draw_noise(20, generator=torch.Generator().manual_seed(2))
+    assert first.shape == (4, 6, 24) and torch.equal(first, again) and not torch.equal(first, other)
+    torch.manual_seed(7)
+    seed = draw_seed()
+    torch.manual_seed(7)
+    torch.testing.assert_close(pe.draw_noise(20), normal((4, 6, 24), seed), atol=0, rtol=0)
