@@ -29,6 +29,7 @@ import torch.nn as nn
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
 from spe.contract import compiled_step, gated_compiled
 from spe.factorised import FactorisedCode
+from spe.random import draw_seed
 from spe.filter import Code  # (qbar, kbar), each (1, N, H, D, R)
 
 if TYPE_CHECKING:
@@ -44,6 +45,18 @@ class PositionalNoise:
     code_noises: list[torch.Tensor]  # one per code generator (1 when share_pe, else n_layer)
     gate_noises: list[torch.Tensor] | None  # per layer (H, D, R) gate noise; None when ungated
     length: int  # number of positions the noise was drawn for (conv_spe cannot go beyond)
+    # per code generator, (seed, data_ptr, version) of its noise when drawn from a seed (conv_spe:
+    # `ConvSPE.noise_from_seed`, so that a training step draws it again in its backward instead of
+    # keeping it; used only while code_noises holds that tensor unchanged), or None
+    code_seeds: list[tuple[int, int, int] | None] | None = None
+
+    def seed(self, index: int) -> int | None:
+        """The seed code noise `index` was drawn from, if that tensor is still there, unchanged."""
+        if not self.code_seeds or self.code_seeds[index] is None:
+            return None
+        seed, pointer, version = self.code_seeds[index]
+        tensor = self.code_noises[index]
+        return seed if (tensor.data_ptr(), tensor._version) == (pointer, version) else None
     # generation: per generator, the code of the block of CODE_BLOCK positions in use
     blocks: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -222,13 +235,20 @@ class StochasticPE(PositionalEncoding):
     def draw_noise(self, length: int, generator: torch.Generator | None = None) -> PositionalNoise:
         if length < 1:
             raise ValueError(f"a positional noise needs length >= 1, got {length}")
-        code_noises = [spe.draw_noise(length, self.num_realizations, generator=generator)
-                       for spe in self.spes]
+        drawn = [self.draw_code_noise(spe, length, generator) for spe in self.spes]
+        code_noises = [noise for noise, _ in drawn]
+        code_seeds = [None if seed is None else (seed, noise.data_ptr(), noise._version) for noise, seed in drawn]
         gate_noises = None
         if self.gated:
             gate_noises = [f.draw_gate_noise(self.num_realizations, generator=generator).to(code_noises[0])
                            for f in self.filters]
-        return PositionalNoise(code_noises=code_noises, gate_noises=gate_noises, length=length)
+        return PositionalNoise(code_noises=code_noises, gate_noises=gate_noises, length=length,
+                               code_seeds=code_seeds)
+
+    def draw_code_noise(self, spe: SineSPE | ConvSPE, length: int, generator: torch.Generator | None
+                        ) -> tuple[torch.Tensor, int | None]:
+        """One generator's noise for `length` positions, and the seed it was drawn from (or None)."""
+        return spe.draw_noise(length, self.num_realizations, generator=generator), None
 
     def extend_noise(self, noise: PositionalNoise | None, length: int,
                      generator: torch.Generator | None = None) -> PositionalNoise | None:
@@ -272,6 +292,9 @@ class StochasticPE(PositionalEncoding):
         the compiled kernels apply, its storage reused from the previous pass)."""
         spe = self.spes[index]
         if self._afresh(length):
+            seed = noise.seed(index)
+            if seed is not None:
+                return spe.shared_code(noise.code_noises[index], start, length, backend, seed=seed)
             return spe.shared_code(noise.code_noises[index], start, length, backend)
         return SharedCode(*self._code(index, noise, start, length), backend)
 
@@ -379,6 +402,11 @@ class ConvStochasticPE(StochasticPE):
     def make_generator(cfg: ModelConfig) -> ConvSPE:
         return ConvSPE(ndim=1, num_heads=cfg.n_head, in_features=cfg.head_dim,
                        num_realizations=cfg.num_realizations, kernel_size=cfg.kernel_size)
+
+    def draw_code_noise(self, spe: ConvSPE, length: int, generator: torch.Generator | None
+                        ) -> tuple[torch.Tensor, int]:
+        seed = draw_seed(generator)
+        return spe.noise_from_seed(length, seed, self.num_realizations), seed
 
     def extend_code_noise(self, noise: torch.Tensor, extra: int, generator: torch.Generator | None
                           ) -> torch.Tensor:

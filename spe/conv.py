@@ -75,12 +75,15 @@ class ConvSPE(nn.Module):
                    generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """White noise covering positions 0 .. length-1 plus the filter margin: (R, H*D, *(length + P - 1)),
         a counter-based draw (`spe.random`) keyed by a seed taken from `generator`."""
+        return self.noise_from_seed(length, draw_seed(generator), num_realizations)
+
+    def noise_from_seed(self, length: Size, seed: int, num_realizations: Optional[int] = None) -> torch.Tensor:
+        """`draw_noise`'s noise for a given seed of `spe.random.normal` (the same seed, the same noise)."""
         size = self._as_tuple(length, "length")
         r = self.num_realizations if num_realizations is None else num_realizations
         weight = self.conv_q.weight
         padded = [s + p - 1 for s, p in zip(size, self.kernel_size)]
-        return normal((r, weight.shape[0], *padded), draw_seed(generator), device=weight.device,
-                      dtype=weight.dtype)
+        return normal((r, weight.shape[0], *padded), seed, device=weight.device, dtype=weight.dtype)
 
     def codes(self, noise: torch.Tensor, start: Size, length: Size):
         """(qbar, kbar) at positions start .. start+length-1, each (1, *length, H, D, R), contiguous.
@@ -92,12 +95,14 @@ class ConvSPE(nn.Module):
         out_shape = (1, *size, self.num_heads, self.in_features, z.shape[0])
         return qbar.view(out_shape), kbar.view(out_shape)
 
-    def shared_code(self, noise: torch.Tensor, start: Size, length: Size, backend: Optional[str] = None
-                    ) -> SharedCode:
+    def shared_code(self, noise: torch.Tensor, start: Size, length: Size, backend: Optional[str] = None,
+                    seed: Optional[int] = None) -> SharedCode:
         """`codes(noise, start, length)` as a SharedCode for several filters (the layers of a model).
         1-D with the compiled kernels (backend None or "compiled"): its gradient is taken without
         code-sized buffers, the layers' (x, grad, scale) triples turned into the filters' gradients a
-        few heads at a time (`_ConvFactorGradients`)."""
+        few heads at a time (`_ConvFactorGradients`). With `seed`, the seed `noise` was drawn from
+        (`noise_from_seed`; not checked), and positions covering the whole noise, the backward draws
+        the noise again chunk by chunk instead of keeping it through the step."""
         if self.ndim != 1 or backend not in (None, "compiled") or backend_for(noise) != "compiled" \
                 or not hasattr(compiled_kernels(), "accumulate_positions_last"):  # (or an older build)
             return SharedCode(*self.codes(noise, start, length), backend)
@@ -105,7 +110,8 @@ class ConvSPE(nn.Module):
         with torch.no_grad():
             codes = _filter_noise(z, fft_size, size, outs, [f.detach() for f in filters])  # (S, H*D, R) each
         shape = (codes[0].shape[0], self.num_heads, self.in_features, codes[0].shape[-1])
-        gradients = _ConvFactorGradients(z, fft_size, size, self.kernel_size, shape)
+        whole = z.shape == noise.shape                                  # the window is all of the noise
+        gradients = _ConvFactorGradients(z, fft_size, size, self.kernel_size, shape, seed if whole else None)
         return SharedCode.from_parts(tuple(c.view(shape) for c in codes), gradients, tuple(filters))
 
     def _prepare(self, noise: torch.Tensor, start: Size, length: Size):
@@ -254,11 +260,25 @@ class _ConvFactorGradients(PendingGradients):
     Inputs: the two scaled filters (H*D, P)."""
 
     def __init__(self, z: torch.Tensor, fft_size: Tuple[int, ...], size: Tuple[int, ...],
-                 kernel_size: Tuple[int, ...], shape: Tuple[int, int, int, int]) -> None:
+                 kernel_size: Tuple[int, ...], shape: Tuple[int, int, int, int], seed: Optional[int] = None) -> None:
         super().__init__()
-        self.z, self.fft_size, self.size, self.kernel_size = z, fft_size, size, kernel_size
+        # the noise z (R, C, n): kept, or drawn again from its seed (`spe.random.normal`) when given
+        self.z, self.seed = (None, seed) if seed is not None else (z, None)
+        self.noise_shape, self.dtype, self.device = tuple(z.shape), z.dtype, z.device
+        self.fft_size, self.size, self.kernel_size = fft_size, size, kernel_size
         self.shape = shape                                              # (S, H, D, R) of each code
         self.grads: list[Optional[torch.Tensor]] = [None, None]
+
+    def noise(self, channels: slice) -> torch.Tensor:
+        """The noise's channels (R, c, n): a view of the kept noise, or drawn again (the rows of
+        realisation r start at sample (r C + c0) n of the draw)."""
+        if self.z is not None:
+            return self.z[:, channels]
+        R, C, n = self.noise_shape
+        out = torch.empty(R, channels.stop - channels.start, n, dtype=self.dtype, device=self.device)
+        for r in range(R):
+            normal(out.shape[1:], self.seed, (r * C + channels.start) * n, out=out[r])
+        return out
 
     def add_groups(self, groups: list) -> None:
         """Each chunk of heads: the noise's spectrum there once, then for each (which, positions,
@@ -267,19 +287,19 @@ class _ConvFactorGradients(PendingGradients):
         S, H, D, R = self.shape
         for which, _, _ in groups:
             if self.grads[which] is None:
-                self.grads[which] = self.z.new_zeros(H * D, *self.kernel_size)
-        step = max(1, _chunk_channels(self.z, self.fft_size) // D)      # whole heads per chunk
+                self.grads[which] = torch.zeros(H * D, *self.kernel_size, dtype=self.dtype, device=self.device)
+        step = max(1, _chunk_channels(R, self.dtype, self.device, self.fft_size) // D)  # whole heads per chunk
         for h0 in range(0, H, step):
             h1 = min(H, h0 + step)
             channels = slice(h0 * D, h1 * D)
-            z_f = _padded_rfft(self.z[:, channels], self.fft_size)      # (R, c, F')
-            signal = self.z.new_empty(R, (h1 - h0) * D, self.fft_size[0])  # (R, c, F): G, zero-padded
-            for which, positions, triples in groups:
+            z_f = _padded_rfft(self.noise(channels), self.fft_size)     # (R, c, F')
+            signal = torch.empty(R, (h1 - h0) * D, self.fft_size[0], dtype=self.dtype, device=self.device)
+            for which, positions, triples in groups:                    # signal: G (R, c, F), zero-padded
                 signal[..., positions:].zero_()
                 compiled_kernels().accumulate_positions_last(
-                    signal[..., :positions], [x.to(self.z.dtype) for x, _, _ in triples],
-                    [g.to(self.z.dtype) for _, g, _ in triples],
-                    [None if a is None else a.to(self.z.dtype).contiguous() for _, _, a in triples], h0)
+                    signal[..., :positions], [x.to(self.dtype) for x, _, _ in triples],
+                    [g.to(self.dtype) for _, g, _ in triples],
+                    [None if a is None else a.to(self.dtype).contiguous() for _, _, a in triples], h0)
                 g_f = torch.fft.rfft(signal)                            # (R, c, F')
                 self.grads[which][channels] += _correlation(z_f, g_f, self.fft_size, self.kernel_size)
 
@@ -290,16 +310,17 @@ class _ConvFactorGradients(PendingGradients):
 
 def _chunks(z: torch.Tensor, fft_size: Tuple[int, ...]):
     """Slices of z's channels (dimension 1) of `_chunk_channels` channels each."""
-    step = _chunk_channels(z, fft_size)
+    step = _chunk_channels(z.shape[0], z.dtype, z.device, fft_size)
     return [slice(c, min(c + step, z.shape[1])) for c in range(0, z.shape[1], step)]
 
 
-def _chunk_channels(z: torch.Tensor, fft_size: Tuple[int, ...]) -> int:
-    """Channels of z (R, C, ...) whose padded signal holds about CHUNK_BYTES on the CPU (glibc's
-    allocator is the reason), all C elsewhere."""
-    if z.device.type != "cpu":
-        return z.shape[1]
-    return max(1, CHUNK_BYTES // (z.shape[0] * math.prod(fft_size) * z.element_size()))
+def _chunk_channels(realizations: int, dtype: torch.dtype, device: torch.device, fft_size: Tuple[int, ...]) -> int:
+    """Channels of a noise (R, C, ...) whose padded signal holds about CHUNK_BYTES on the CPU
+    (glibc's allocator is the reason); elsewhere no limit (a bound above any C: all at once)."""
+    if device.type != "cpu":
+        return 2**62
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return max(1, CHUNK_BYTES // (realizations * math.prod(fft_size) * itemsize))
 
 
 def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

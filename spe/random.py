@@ -42,19 +42,22 @@ def draw_seed(generator: Optional[torch.Generator] = None) -> int:
 
 
 def normal(shape: Sequence[int], seed: int, offset: int = 0, device: Optional[torch.device] = None,
-           dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """Samples offset .. offset + prod(shape) - 1 of the draw keyed by `seed`, as a `shape` tensor."""
+           dtype: Optional[torch.dtype] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Samples offset .. offset + prod(shape) - 1 of the draw keyed by `seed`, as a `shape` tensor
+    (new, or `out`: contiguous, of that shape; its device and dtype then)."""
     if not 0 <= seed < 2**64 or offset < 0:
         raise ValueError(f"seed must be in [0, 2^64) and offset >= 0, got {seed} and {offset}")
-    device = torch.device("cpu") if device is None else torch.device(device)
-    dtype = torch.get_default_dtype() if dtype is None else dtype
+    shape = tuple(int(s) for s in shape)
+    if out is None:
+        device = torch.device("cpu") if device is None else torch.device(device)
+        out = torch.empty(shape, dtype=torch.get_default_dtype() if dtype is None else dtype, device=device)
+    elif tuple(out.shape) != shape or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {shape} tensor, got {tuple(out.shape)}")
     kernels = compiled_kernels()
-    if device.type == "cpu" and dtype in (torch.float32, torch.float64) and hasattr(kernels, "normal_fill"):
-        out = torch.empty(tuple(shape), dtype=dtype)
+    if out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64) and hasattr(kernels, "normal_fill"):
         kernels.normal_fill(out, seed - 2**64 if seed >= 2**63 else seed, offset)  # the 64 bits, signed
         return out
-    count = math.prod(shape)
-    return _normal_reference(seed, offset, count, device).to(dtype).view(tuple(shape))
+    return out.copy_(_normal_reference(seed, offset, out.numel(), out.device).view(shape))
 
 
 def philox(counter: Sequence[torch.Tensor], key: Sequence[int]) -> tuple[torch.Tensor, ...]:

@@ -150,3 +150,27 @@ def test_code_paths_run_under_bf16_autocast(make_model, tokens, pe, path):
     logits.float().square().mean().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     assert (logits.float() - reference).abs().max() <= 0.05 * reference.abs().max()
+
+
+@pytest.mark.skipif(not compiled_available(), reason="the factored convSPE gradient needs spe_kernels")
+def test_conv_noise_from_its_seed_gives_the_same_training_step(make_model, tokens):
+    """conv_spe draws each code noise from a seed (PositionalNoise.code_seeds): a training pass then
+    draws the noise again in its backward instead of keeping it. Gradients equal those of the
+    same noise kept (no seeds); a noise changed in place, or replaced, is no longer its seed's."""
+    from dataclasses import replace
+
+    model = make_model("conv_spe").train()
+    noise = model.draw_positional_noise(tokens.shape[1])
+    assert noise.seed(0) is not None
+    grads = []
+    for positional_noise in (noise, replace(noise, code_seeds=None)):
+        model.zero_grad(set_to_none=True)
+        logits = model(tokens, positional_noise=positional_noise)[0]
+        (logits.square().mean() + logits[:, -1].sum()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grad, grads[1][name], msg=name)
+    noise.code_noises[0].mul_(1.0)
+    assert noise.seed(0) is None
+    assert model.draw_positional_noise(5).seed(0) != model.draw_positional_noise(5).seed(0)
+    assert make_model("sine_spe").draw_positional_noise(5).seed(0) is None

@@ -205,3 +205,40 @@ def test_frequencies_changed_between_forward_and_backward_raise():
         pe.freqs.add_(0.1)
     with pytest.raises(RuntimeError, match="modified in place"):
         (qhat.sum() + khat.sum()).backward()
+
+
+@pytest.mark.parametrize("flush_rows", [shared_module.FACTOR_FLUSH_ROWS, 4])
+def test_conv_code_from_a_seed_draws_its_noise_again(monkeypatch, flush_rows):
+    """Given the seed of a noise covering exactly the code's positions, the convSPE factored code
+    keeps no reference to the noise (it is freed with the caller's) and draws it again in the
+    backward: values and gradients equal the tuple path's; chunks of 3 channels."""
+    import weakref
+
+    monkeypatch.setattr(shared_module, "FACTOR_FLUSH_ROWS", flush_rows)
+    monkeypatch.setattr(spe.conv, "CHUNK_BYTES", 3 * 6 * 18 * 8)       # 3 channels of R 6, FFT 18, float64
+    pe, filters, _, inputs, eps = setup(6, conv=True)
+    seed = 2**63 + 5
+    positions = N + 4
+    noise = pe.noise_from_seed(positions, seed, 6)
+    expected_outs, expected = run_layers(pe, filters, noise, inputs, eps, factored=False)
+    code = pe.shared_code(noise, 0, positions, seed=seed)
+    assert code.gradients.z is None
+    alive = weakref.ref(noise)
+    del noise
+    assert alive() is None                                              # nothing but the caller held it
+    weights = torch.randn(B, N, H, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+    loss, outs = 0, []
+    for filt, (q, k), e in zip(filters, inputs, eps):
+        qhat, khat = filt(q, k, code, gate_noise=e)
+        outs += [qhat, khat]
+        loss = loss + (qhat * weights).sum() + (khat * weights.flip(1)).square().sum()
+    leaves = [t for pair in inputs for t in pair] + [p for m in [pe, *filters] for p in m.parameters()]
+    torch.testing.assert_close(outs, expected_outs)
+    torch.testing.assert_close(list(torch.autograd.grad(loss, leaves)), list(expected))
+
+
+def test_conv_code_keeps_a_noise_window_whatever_the_seed():
+    """A window that is not the whole noise (here a later start) keeps its noise: the seed only
+    serves whole draws."""
+    pe, _, noise, _, _ = setup(6, conv=True)
+    assert pe.shared_code(noise, 700, N + 4, seed=1).gradients.z is not None
