@@ -23,11 +23,12 @@ def strided_rows(b, s, h, x):
     return torch.randn(b, s, 3, h, x, dtype=torch.float64)[:, :, 1]
 
 
-def run_layers(pe, filters, noise, inputs, eps, factored, positions=N + 4, retain=False, start=0):
-    """Filters (layers) over one code of `positions` positions from `start`: outputs and gradients
-    (inputs, gates, generator parameters) of a fixed loss."""
-    R = noise.shape[0] if isinstance(pe, ConvSPE) else noise.shape[-1]
-    code = pe.shared_code(noise, start, positions) if factored else pe.codes(noise, start, positions)
+def run_layers(pe, filters, noise, inputs, eps, factored, positions=N + 4, retain=False, start=0, code=None):
+    """Filters (layers) over one code of `positions` positions from `start` (or over `code`, given
+    with R as `noise`): outputs and gradients (inputs, gates, generator parameters) of a fixed loss."""
+    R = noise if code is not None else noise.shape[0] if isinstance(pe, ConvSPE) else noise.shape[-1]
+    if code is None:
+        code = pe.shared_code(noise, start, positions) if factored else pe.codes(noise, start, positions)
     assert isinstance(code, SharedCode) == factored
     assert not factored or isinstance(code.gradients, shared_module.PendingGradients)
     weights = torch.randn(B, N, H, R, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
@@ -226,15 +227,9 @@ def test_conv_code_from_a_seed_draws_its_noise_again(monkeypatch, flush_rows):
     alive = weakref.ref(noise)
     del noise
     assert alive() is None                                              # nothing but the caller held it
-    weights = torch.randn(B, N, H, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
-    loss, outs = 0, []
-    for filt, (q, k), e in zip(filters, inputs, eps):
-        qhat, khat = filt(q, k, code, gate_noise=e)
-        outs += [qhat, khat]
-        loss = loss + (qhat * weights).sum() + (khat * weights.flip(1)).square().sum()
-    leaves = [t for pair in inputs for t in pair] + [p for m in [pe, *filters] for p in m.parameters()]
+    outs, grads = run_layers(pe, filters, 6, inputs, eps, factored=True, code=code)
     torch.testing.assert_close(outs, expected_outs)
-    torch.testing.assert_close(list(torch.autograd.grad(loss, leaves)), list(expected))
+    torch.testing.assert_close(list(grads), list(expected))
 
 
 def test_conv_code_keeps_a_noise_window_whatever_the_seed():
