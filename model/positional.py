@@ -29,8 +29,8 @@ import torch.nn as nn
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
 from spe.contract import compiled_step, gated_compiled
 from spe.factorised import FactorisedCode
-from spe.random import draw_seed
 from spe.filter import Code  # (qbar, kbar), each (1, N, H, D, R)
+from spe.random import draw_seed
 
 if TYPE_CHECKING:
     from model.config import ModelConfig
@@ -237,7 +237,8 @@ class StochasticPE(PositionalEncoding):
             raise ValueError(f"a positional noise needs length >= 1, got {length}")
         drawn = [self.draw_code_noise(spe, length, generator) for spe in self.spes]
         code_noises = [noise for noise, _ in drawn]
-        code_seeds = [None if seed is None else (seed, noise.data_ptr(), noise._version) for noise, seed in drawn]
+        code_seeds = [None if seed is None else (seed, noise.data_ptr(), noise._version)
+                      for noise, seed in drawn]
         gate_noises = None
         if self.gated:
             gate_noises = [f.draw_gate_noise(self.num_realizations, generator=generator).to(code_noises[0])

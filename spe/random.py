@@ -13,10 +13,11 @@ alone, so a draw runs on all threads, in any order, with the same values:
 - sample i is word (i mod 4B) div B of counter (i div 4B) B + i mod B, B = BLOCK = 64 counters (the
   compiled kernel's block: its samples are its counters' words 0, then 1, 2, 3).
 
-`normal` runs the compiled kernel (`spe_kernels.normal_fill`, vectorised, about 2.7x faster than
-torch's sampler per core, bench/README.md) on float32 / float64 CPU tensors and this module's
-PyTorch implementation elsewhere (other devices and dtypes, or without the extension): the same
-integers, and samples equal to float32 rounding (the kernel's logarithm and sine are polynomials).
+`normal` runs the compiled kernel (`spe_kernels.normal_fill`, vectorised and multi-threaded: a fresh
+draw took 1.6-2x less CPU time and 2.6-3x less wall time than `torch.randn`, bench/README.md) on
+float32 / float64 CPU tensors and this module's PyTorch implementation elsewhere (other devices and
+dtypes, or without the extension): the same integers, and samples equal to float32 rounding (the
+kernel's logarithm and sine are polynomials).
 """
 
 from __future__ import annotations
