@@ -109,6 +109,63 @@ inline void tile_block<float, 4, 4>(const float* xt, const float* gt, int64_t n,
 }
 #endif
 
+// dst[c, j] = src[j * row_stride + c * col_stride] (times scale[c] when given) for c < cols, j < len:
+// `len` rows of `cols` values copied positions-last into a (cols, kLanes) tile.
+template <typename scalar_t>
+inline void gather_tile(scalar_t* __restrict__ dst, const scalar_t* src, int64_t row_stride, int64_t col_stride,
+                        int64_t cols, int64_t len, const scalar_t* scale) {
+  for (int64_t j = 0; j < len; ++j) {
+    const scalar_t* row = src + j * row_stride;
+    for (int64_t c = 0; c < cols; ++c)
+      dst[c * kLanes + j] = row[c * col_stride] * (scale != nullptr ? scale[c] : scalar_t(1));
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
+// v[i][j] -> v[j][i] for a 16 x 16 float block in 16 vectors: blocks of 8, 4, 2, 1 swapped across the
+// diagonal in turn (64 two-vector shuffles).
+inline void transpose16(Lanes16 (&v)[16]) {
+  for (int step = 8; step >= 1; step /= 2) {
+    Index16 low, high;  // row i keeps its lanes without bit `step` and takes row i + step's
+    for (int j = 0; j < 16; ++j) {
+      low[j] = (j & step) == 0 ? j : 16 + (j - step);
+      high[j] = (j & step) == 0 ? j + step : 16 + j;
+    }
+    for (int i = 0; i < 16; ++i) {
+      if ((i & step) != 0) continue;
+      const Lanes16 a = v[i], b = v[i + step];
+      v[i] = __builtin_shuffle(a, b, low);
+      v[i + step] = __builtin_shuffle(a, b, high);
+    }
+  }
+}
+
+// The same for float rows with unit column stride and cols a multiple of 16: 16 x 16 blocks loaded
+// as rows, transposed in registers and stored as the tile's rows (rows past len read as zero).
+template <>
+inline void gather_tile<float>(float* __restrict__ dst, const float* src, int64_t row_stride, int64_t col_stride,
+                               int64_t cols, int64_t len, const float* scale) {
+  if (col_stride != 1 || cols % 16 != 0) {
+    for (int64_t j = 0; j < len; ++j) {
+      const float* row = src + j * row_stride;
+      for (int64_t c = 0; c < cols; ++c)
+        dst[c * kLanes + j] = row[c * col_stride] * (scale != nullptr ? scale[c] : 1.0f);
+    }
+    return;
+  }
+  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+    Lanes16 v[16];
+    for (int j = 0; j < 16; ++j) v[j] = j < len ? load16(src + j * row_stride + c0) : Lanes16{};
+    if (scale != nullptr) {
+      const Lanes16 sv = load16(scale + c0);
+      for (int j = 0; j < 16; ++j) v[j] *= sv;
+    }
+    transpose16(v);
+    for (int c = 0; c < 16; ++c) __builtin_memcpy(dst + (c0 + c) * kLanes, &v[c], sizeof(Lanes16));
+  }
+}
+#endif
+
 }  // namespace
 
 // out[r, (h - h0) D + d, s] = sum_t sum_b x_t[b, s, h, d] scale_t[h, d] g_t[b, s, h, r]: the code
@@ -153,17 +210,8 @@ void accumulate_positions_last(at::Tensor& out, const std::vector<at::Tensor>& x
           const scalar_t* gp = g.data_ptr<scalar_t>() + h * g.stride(2);
           const scalar_t* sc = scale[t].defined() ? scale[t].data_ptr<scalar_t>() + h * D : nullptr;
           for (int64_t b = 0; b < x.size(0); ++b, ++k) {
-            scalar_t* __restrict__ xk = xt.data() + k * D * kLanes;
-            scalar_t* __restrict__ gk = gt.data() + k * R * kLanes;
-            for (int64_t j = 0; j < len; ++j) {
-              const scalar_t* xrow = xp + b * xb + (s0 + j) * xs1;
-              const scalar_t* grow = gp + b * gb + (s0 + j) * gs1;
-              if (sc != nullptr)
-                for (int64_t d = 0; d < D; ++d) xk[d * kLanes + j] = xrow[d * xd] * sc[d];
-              else
-                for (int64_t d = 0; d < D; ++d) xk[d * kLanes + j] = xrow[d * xd];
-              for (int64_t r = 0; r < R; ++r) gk[r * kLanes + j] = grow[r * gr];
-            }
+            gather_tile<scalar_t>(xt.data() + k * D * kLanes, xp + b * xb + s0 * xs1, xs1, xd, D, len, sc);
+            gather_tile<scalar_t>(gt.data() + k * R * kLanes, gp + b * gb + s0 * gs1, gs1, gr, R, len, nullptr);
           }
         }
         scalar_t* tile_out = op + hh * D * oc + s0;
