@@ -1,14 +1,15 @@
-// Counter-based Gaussian noise (spe/random.py holds the PyTorch reference and the contract): sample
-// i of a draw with 64-bit key `seed` comes from Philox4x32-10 (Salmon et al., SC 2011) applied to
-// the counter i / 4, then Box-Muller on two pairs of its four 32-bit outputs. Every sample is a
-// function of (seed, i) alone, so the samples are drawn in parallel, in any order, and a slice of a
-// draw can be drawn again without the rest. The logarithm, sine and cosine are short polynomials
+// Counter-based Gaussian noise (spe/random.py holds the PyTorch reference and the contract, with
+// the order of the samples): each sample of a draw with 64-bit key `seed` is one of the four 32-bit
+// words of Philox4x32-10 (Salmon et al., SC 2011) of one counter, after Box-Muller on pairs of
+// words. Every sample is a function of (seed, index) alone, so the samples are drawn in parallel, in
+// any order, and a slice of a draw can be drawn again without the rest. The Philox rounds use
+// AVX-512 intrinsics where the build has them; the logarithm, sine and cosine are short polynomials
 // (float error about 1e-7) that the compiler vectorises, unlike the C library's.
 #include "common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstring>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -21,20 +22,6 @@ namespace {
 constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // Philox4x32 multipliers
 constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // Weyl key increments
 constexpr int64_t kBlock = 64;                             // counters per inner loop (256 samples)
-
-// The four outputs of Philox4x32-10 for counter (c0, c1, c2, c3) and key (k0, k1).
-inline void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = uint64_t(kM0) * c[0], p1 = uint64_t(kM1) * c[2];
-    const uint32_t hi0 = uint32_t(p0 >> 32), lo0 = uint32_t(p0), hi1 = uint32_t(p1 >> 32), lo1 = uint32_t(p1);
-    c[0] = hi1 ^ c[1] ^ k0;
-    c[1] = lo1;
-    c[2] = hi0 ^ c[3] ^ k1;
-    c[3] = lo0;
-    k0 += kW0;
-    k1 += kW1;
-  }
-}
 
 // The 10 Philox rounds of kBlock counters (c0, c1, c2, c3) in place.
 inline void rounds(uint32_t* c0, uint32_t* c1, uint32_t* c2, uint32_t* c3, uint32_t k0, uint32_t k1) {
@@ -175,13 +162,13 @@ void normal_fill(at::Tensor& out, int64_t seed, int64_t offset) {
   });
 }
 
-// The four Philox4x32-10 words of one counter and key (for the known-answer test).
+// The four Philox4x32-10 words of one counter and key, by the kernel's own rounds (the known-answer test).
 std::vector<int64_t> philox4x32(const std::vector<int64_t>& counter, const std::vector<int64_t>& key) {
   TORCH_CHECK(counter.size() == 4 && key.size() == 2, "philox4x32 takes 4 counter and 2 key words");
-  uint32_t c[4];
-  for (int j = 0; j < 4; ++j) c[j] = uint32_t(counter[j]);
-  philox(c, uint32_t(key[0]), uint32_t(key[1]));
-  return {c[0], c[1], c[2], c[3]};
+  uint32_t c[4][kBlock] = {};  // lane 0 holds the counter
+  for (int j = 0; j < 4; ++j) c[j][0] = uint32_t(counter[j]);
+  rounds(c[0], c[1], c[2], c[3], uint32_t(key[0]), uint32_t(key[1]));
+  return {c[0][0], c[1][0], c[2][0], c[3][0]};
 }
 
 }  // namespace spe_detail
