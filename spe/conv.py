@@ -319,8 +319,7 @@ def _chunk_channels(realizations: int, dtype: torch.dtype, device: torch.device,
     (glibc's allocator is the reason); elsewhere no limit (a bound above any C: all at once)."""
     if device.type != "cpu":
         return 2**62
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return max(1, CHUNK_BYTES // (realizations * math.prod(fft_size) * itemsize))
+    return max(1, CHUNK_BYTES // (realizations * math.prod(fft_size) * dtype.itemsize))
 
 
 def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

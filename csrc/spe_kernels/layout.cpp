@@ -110,15 +110,22 @@ inline void tile_block<float, 4, 4>(const float* xt, const float* gt, int64_t n,
 #endif
 
 // dst[c, j] = src[j * row_stride + c * col_stride] (times scale[c] when given) for c < cols, j < len:
-// `len` rows of `cols` values copied positions-last into a (cols, kLanes) tile.
+// `len` rows of `cols` values copied positions-last into a (cols, kLanes) tile, one value at a time.
 template <typename scalar_t>
-inline void gather_tile(scalar_t* __restrict__ dst, const scalar_t* src, int64_t row_stride, int64_t col_stride,
-                        int64_t cols, int64_t len, const scalar_t* scale) {
+inline void gather_values(scalar_t* __restrict__ dst, const scalar_t* src, int64_t row_stride, int64_t col_stride,
+                          int64_t cols, int64_t len, const scalar_t* scale) {
   for (int64_t j = 0; j < len; ++j) {
     const scalar_t* row = src + j * row_stride;
     for (int64_t c = 0; c < cols; ++c)
       dst[c * kLanes + j] = row[c * col_stride] * (scale != nullptr ? scale[c] : scalar_t(1));
   }
+}
+
+// `gather_values`, or for float rows a faster path where it applies.
+template <typename scalar_t>
+inline void gather_tile(scalar_t* __restrict__ dst, const scalar_t* src, int64_t row_stride, int64_t col_stride,
+                        int64_t cols, int64_t len, const scalar_t* scale) {
+  gather_values(dst, src, row_stride, col_stride, cols, len, scale);
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
@@ -146,11 +153,7 @@ template <>
 inline void gather_tile<float>(float* __restrict__ dst, const float* src, int64_t row_stride, int64_t col_stride,
                                int64_t cols, int64_t len, const float* scale) {
   if (col_stride != 1 || cols % 16 != 0) {
-    for (int64_t j = 0; j < len; ++j) {
-      const float* row = src + j * row_stride;
-      for (int64_t c = 0; c < cols; ++c)
-        dst[c * kLanes + j] = row[c * col_stride] * (scale != nullptr ? scale[c] : 1.0f);
-    }
+    gather_values(dst, src, row_stride, col_stride, cols, len, scale);
     return;
   }
   for (int64_t c0 = 0; c0 < cols; c0 += 16) {
@@ -197,10 +200,8 @@ void accumulate_positions_last(at::Tensor& out, const std::vector<at::Tensor>& x
       for (int64_t task = begin; task < end; ++task) {
         const int64_t hh = task / tiles, s0 = (task % tiles) * kLanes, len = std::min(kLanes, S - s0);
         const int64_t h = h0 + hh;
-        if (len < kLanes) {
-          std::fill(xt.begin(), xt.end(), scalar_t(0));
-          std::fill(gt.begin(), gt.end(), scalar_t(0));
-        }
+        // a tail tile's lanes past len keep an earlier tile's (finite) values: the lanes are summed
+        // independently and only the first len are written out
         int64_t k = 0;
         for (size_t t = 0; t < xs.size(); ++t) {
           const at::Tensor &x = xs[t], &g = gs[t];
