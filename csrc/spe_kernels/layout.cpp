@@ -12,6 +12,73 @@ namespace spe_detail {
 
 constexpr int64_t kTile = 32;
 
+namespace {
+
+// out[b, a] = x[a, b] for a0 <= a < a1, b0 <= b < b1 (one channel c of swap_outer's tensors), one
+// value at a time.
+template <typename scalar_t>
+inline void swap_values(scalar_t* __restrict__ op, const scalar_t* xp, int64_t sa, int64_t sb, int64_t ob,
+                        int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  for (int64_t b = b0; b < b1; ++b) {
+    const scalar_t* src = xp + b * sb;
+    scalar_t* __restrict__ dst = op + b * ob;
+    for (int64_t a = a0; a < a1; ++a) dst[a] = src[a * sa];
+  }
+}
+
+// `swap_values`, or for float a faster path where it applies.
+template <typename scalar_t>
+inline void swap_tile(scalar_t* __restrict__ op, const scalar_t* xp, int64_t sa, int64_t sb, int64_t ob,
+                      int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  swap_values(op, xp, sa, sb, ob, a0, a1, b0, b1);
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
+// v[i][j] -> v[j][i] for a 16 x 16 float block in 16 vectors: blocks of 8, 4, 2, 1 swapped across the
+// diagonal in turn (64 two-vector shuffles).
+inline void transpose16(Lanes16 (&v)[16]) {
+  for (int step = 8; step >= 1; step /= 2) {
+    Index16 low, high;  // row i keeps its lanes without bit `step` and takes row i + step's
+    for (int j = 0; j < 16; ++j) {
+      low[j] = (j & step) == 0 ? j : 16 + (j - step);
+      high[j] = (j & step) == 0 ? j + step : 16 + j;
+    }
+    for (int i = 0; i < 16; ++i) {
+      if ((i & step) != 0) continue;
+      const Lanes16 a = v[i], b = v[i + step];
+      v[i] = __builtin_shuffle(a, b, low);
+      v[i + step] = __builtin_shuffle(a, b, high);
+    }
+  }
+}
+
+// The same for float with unit stride along b: each 16 x 16 block loaded as 16 rows of x, transposed
+// in registers and stored as 16 rows of out (the tile's edges one value at a time).
+template <>
+inline void swap_tile<float>(float* __restrict__ op, const float* xp, int64_t sa, int64_t sb, int64_t ob,
+                             int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  if (sb != 1) {
+    swap_values(op, xp, sa, sb, ob, a0, a1, b0, b1);
+    return;
+  }
+  const int64_t a16 = a0 + (a1 - a0) / 16 * 16, b16 = b0 + (b1 - b0) / 16 * 16;
+  for (int64_t b = b0; b < b16; b += 16)
+    for (int64_t a = a0; a < a16; a += 16) {
+      Lanes16 v[16];
+      for (int i = 0; i < 16; ++i) v[i] = load16(xp + (a + i) * sa + b);
+      transpose16(v);
+      for (int j = 0; j < 16; ++j) stream16(op + (b + j) * ob + a, v[j]);  // out is read in a later pass
+    }
+  // the edges: columns a16 .. a1 of every row, rows b16 .. b1 of the first columns
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t from = b < b16 ? a16 : a0;
+    for (int64_t a = from; a < a1; ++a) op[b * ob + a] = xp[a * sa + b];
+  }
+}
+#endif
+
+}  // namespace
+
 // out[b, c, a] = x[a, c, b]: (A, C, B) with any strides -> (B, C, A), a new contiguous tensor or
 // `out`, whose last dimension must be contiguous (a crop of a longer buffer: the FFTs' padding).
 at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out_arg) {
@@ -39,13 +106,10 @@ at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out_arg) {
         const int64_t c = task / b_tiles, b0 = (task % b_tiles) * kTile, b1 = std::min(b0 + kTile, B);
         for (int64_t t = 0; t < a_tiles; ++t) {
           const int64_t a0 = t * kTile, a1 = std::min(a0 + kTile, A);
-          for (int64_t b = b0; b < b1; ++b) {
-            const scalar_t* src = xp + c * sc + b * sb;
-            scalar_t* __restrict__ dst = op + b * ob + c * oc;
-            for (int64_t a = a0; a < a1; ++a) dst[a] = src[a * sa];
-          }
+          swap_tile<scalar_t>(op + c * oc, xp + c * sc, sa, sb, ob, a0, a1, b0, b1);
         }
       }
+      stream_fence();
     });
   });
   return out;
@@ -129,24 +193,6 @@ inline void gather_tile(scalar_t* __restrict__ dst, const scalar_t* src, int64_t
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
-// v[i][j] -> v[j][i] for a 16 x 16 float block in 16 vectors: blocks of 8, 4, 2, 1 swapped across the
-// diagonal in turn (64 two-vector shuffles).
-inline void transpose16(Lanes16 (&v)[16]) {
-  for (int step = 8; step >= 1; step /= 2) {
-    Index16 low, high;  // row i keeps its lanes without bit `step` and takes row i + step's
-    for (int j = 0; j < 16; ++j) {
-      low[j] = (j & step) == 0 ? j : 16 + (j - step);
-      high[j] = (j & step) == 0 ? j + step : 16 + j;
-    }
-    for (int i = 0; i < 16; ++i) {
-      if ((i & step) != 0) continue;
-      const Lanes16 a = v[i], b = v[i + step];
-      v[i] = __builtin_shuffle(a, b, low);
-      v[i + step] = __builtin_shuffle(a, b, high);
-    }
-  }
-}
-
 // The same for float rows with unit column stride and cols a multiple of 16: 16 x 16 blocks loaded
 // as rows, transposed in registers and stored as the tile's rows (rows past len read as zero).
 template <>

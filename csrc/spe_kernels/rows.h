@@ -4,12 +4,25 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "common.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace spe_detail {
+
+// Orders the non-temporal stores of `stream16` (weakly ordered) before whatever follows: the end of
+// every parallel task that streams.
+inline void stream_fence() {
+#if defined(__AVX512F__)
+  _mm_sfence();
+#endif
+}
 
 // The row length: KR when the kernel was compiled for it, else R (read at run time).
 template <int64_t KR>
@@ -65,6 +78,15 @@ inline void add_combination(scalar_t* __restrict__ p, const scalar_t* v, int64_t
 #pragma omp simd
     for (int64_t r = 0; r < fixed<KR>(R); ++r) p[r] += vk * row[r];
   }
+}
+
+// out[r] = sum_k v[k] rows[k, r] for k < n: a combination written (not added) into a row that a later
+// pass reads (for float rows of 64, through `stream16`).
+template <typename scalar_t, int64_t KR>
+inline void write_combination(scalar_t* __restrict__ out, const scalar_t* v, const scalar_t* __restrict__ rows,
+                              int64_t n, int64_t R) {
+  std::fill(out, out + fixed<KR>(R), scalar_t(0));
+  add_combination<scalar_t, KR>(out, v, 1, rows, n, R);
 }
 
 // out[k * ostride] = sum_r e[r] rows[k, r] for k < n: the products of one row with the rows of (n, R),
@@ -189,6 +211,20 @@ inline Lanes16 load16(const float* p) {
   return v;
 }
 
+// *p = v (16 floats), stored past the caches (a non-temporal store) where the CPU has AVX-512 and p is
+// 64-byte aligned, else plainly. For outputs of 100+ MiB written once and read in a later pass (a
+// code): a plain store first reads each line in and later writes it back when it is evicted, dirty.
+// A loop that streams ends with stream_fence() (non-temporal stores are weakly ordered).
+inline void stream16(float* p, Lanes16 v) {
+#if defined(__AVX512F__)
+  if ((reinterpret_cast<std::uintptr_t>(p) & 63) == 0) {
+    _mm512_stream_ps(p, reinterpret_cast<__m512>(v));
+    return;
+  }
+#endif
+  __builtin_memcpy(p, &v, sizeof(v));
+}
+
 // Halves of each group of `size` lanes of x and y, interleaved by group, added: (x, y) -> one vector
 // holding twice as many groups of half the size.
 template <int size>
@@ -231,6 +267,15 @@ inline void dots16(float* out, const float* rows, int count, const Lanes16 (&g)[
 
 inline void load64(Lanes16 (&g)[4], const float* p) {
   for (int q = 0; q < 4; ++q) g[q] = load16(p + 16 * q);
+}
+
+template <>
+inline void write_combination<float, 64>(float* __restrict__ out, const float* v, const float* __restrict__ rows,
+                                         int64_t n, int64_t R) {
+  Lanes16 acc[4] = {};
+  for (int64_t k = 0; k < n; ++k)
+    for (int q = 0; q < 4; ++q) acc[q] += v[k] * load16(rows + k * 64 + 16 * q);
+  for (int q = 0; q < 4; ++q) stream16(out + 16 * q, acc[q]);
 }
 
 template <>

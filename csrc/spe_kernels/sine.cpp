@@ -39,11 +39,9 @@ at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z, c10::optional
     const scalar_t* zp = z.data_ptr<scalar_t>();
     scalar_t* cp = out.data_ptr<scalar_t>();
     at::parallel_for(0, S * H * D, 256, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {  // i = (s, h, d); (h, d) = i % (H D)
-        scalar_t* row = cp + i * R;
-        std::fill(row, row + R, scalar_t(0));
-        add_combination<scalar_t, KR>(row, op + i * J, 1, zp + (i % (H * D)) * J * R, J, R);
-      }
+      for (int64_t i = begin; i < end; ++i)  // i = (s, h, d); (h, d) = i % (H D)
+        write_combination<scalar_t, KR>(cp + i * R, op + i * J, zp + (i % (H * D)) * J * R, J, R);
+      stream_fence();
     });
   });
   return out;

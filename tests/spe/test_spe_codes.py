@@ -181,6 +181,10 @@ def test_swap_outer_equals_permuted_copy(dtype):
     assert torch.equal(buffer[..., :37], expected) and not buffer[..., 37:].any()
     with pytest.raises(RuntimeError, match="out must be"):
         swap_outer(x, out=torch.empty(65, 5, 36, dtype=dtype))
+    # whole 16 x 16 blocks with 64-byte aligned rows (the float path's streaming stores), and edges
+    for shape in [(64, 3, 48), (64, 2, 50), (16, 1, 16)]:
+        x = torch.randn(*shape, dtype=dtype)
+        assert torch.equal(swap_outer(x), x.permute(2, 1, 0))
 
 
 @pytest.mark.parametrize("make_pe", [lambda: SineSPE(H, D, 16, 2), lambda: ConvSPE(1, H, D, 16, 4)])
