@@ -208,12 +208,12 @@ class _FilteredNoise(torch.autograd.Function):
     def backward(ctx, *grads):                                          # (S, C, R) each, or None
         (z,) = ctx.saved_tensors
         grad_filters = [None if g is None else g.new_zeros(z.shape[1], *ctx.kernel_size) for g in grads]
+        given = [t for t, g in enumerate(grads) if g is not None]
         for channels in _chunks(z, ctx.fft_size):
             z_f = _padded_rfft(z[:, channels], ctx.fft_size)            # (R, c, *F'), again
-            for grad, grad_filter in zip(grads, grad_filters):
-                if grad is not None:
-                    grad_filter[channels] = _filter_gradient(z_f, grad[:, channels], ctx.size, ctx.fft_size,
-                                                             ctx.kernel_size)
+            g_fs = [_padded_rfft(_positions_last(grads[t][:, channels], ctx.size), ctx.fft_size) for t in given]
+            for t, part in zip(given, _correlations(z_f, g_fs, ctx.fft_size, ctx.kernel_size)):
+                grad_filters[t][channels] = part
         return (None, None, None, None, *grad_filters)
 
 
@@ -233,23 +233,34 @@ def _filter_noise(z: torch.Tensor, fft_size: Tuple[int, ...], size: Tuple[int, .
     return tuple(outs)
 
 
-def _filter_gradient(z_f: torch.Tensor, grad: torch.Tensor, size: Tuple[int, ...], fft_size: Tuple[int, ...],
-                     kernel_size: Tuple[int, ...]) -> torch.Tensor:
-    """d loss / d filter (c, *P) of one chunk of c channels, from the noise's spectrum there z_f
-    (R, c, *F') and the code's gradient grad (S, c, R): sum_{r, m} g[m, c, r] z[r, c, m + p]."""
+def _positions_last(grad: torch.Tensor, size: Tuple[int, ...]) -> torch.Tensor:
+    """A chunk of a code's gradient (S, c, R) as signals along the positions (R, c, *size)."""
     g = swap_outer(grad)                                                # (R, c, S)
-    g_f = _padded_rfft(g.view(*g.shape[:2], *size), fft_size)           # (R, c, *F')
-    return _correlation(z_f, g_f, fft_size, kernel_size)
+    return g.view(*g.shape[:2], *size)
 
 
-def _correlation(z_f: torch.Tensor, g_f: torch.Tensor, fft_size: Tuple[int, ...], kernel_size: Tuple[int, ...]
-                 ) -> torch.Tensor:
-    """sum_{r, m} g[r, c, m] z[r, c, m + p] for p < P (c, *P), from the spectra z_f, g_f (R, c, *F')."""
-    spectrum = z_f[0] * g_f[0].conj()                                   # (c, *F'): sum over r
-    for r in range(1, z_f.shape[0]):
-        spectrum.addcmul_(z_f[r], g_f[r].conj())
-    corr = torch.fft.irfftn(spectrum, s=fft_size, dim=tuple(range(1, len(fft_size) + 1)))  # (c, *fft_size)
-    return corr[(slice(None), *(slice(0, p) for p in kernel_size))]     # (c, *P)
+def _correlations(z_f: torch.Tensor, g_fs: list, fft_size: Tuple[int, ...], kernel_size: Tuple[int, ...]
+                  ) -> list:
+    """For each g_f: sum_{r, m} g[r, c, m] z[r, c, m + p] for p < P (c, *P), from the spectra z_f and
+    g_f (R, c, *F'). The sum over r in the frequency domain is `spe_kernels.spectral_correlation` on
+    CPU (the sums of a tile kept in registers, z_f read once for all g_f), else a loop of in-place
+    multiply-adds (equal values)."""
+    kernels = compiled_kernels()
+    c, spatial = z_f.shape[1], z_f.shape[2:]
+    if kernels is not None and hasattr(kernels, "spectral_correlation") and z_f.device.type == "cpu" \
+            and z_f.dtype in (torch.complex64, torch.complex128):
+        flat = [x.reshape(x.shape[0], c, -1) for x in (z_f, *g_fs)]    # (R, c, F') views
+        spectra = [s.view(c, *spatial) for s in kernels.spectral_correlation(flat[0], flat[1:])]
+    else:
+        spectra = []
+        for g_f in g_fs:
+            spectrum = z_f[0] * g_f[0].conj()                           # (c, *F'): sum over r
+            for r in range(1, z_f.shape[0]):
+                spectrum.addcmul_(z_f[r], g_f[r].conj())
+            spectra.append(spectrum)
+    dims = tuple(range(1, len(fft_size) + 1))
+    crop = (slice(None), *(slice(0, p) for p in kernel_size))
+    return [torch.fft.irfftn(spectrum, s=fft_size, dim=dims)[crop] for spectrum in spectra]  # (c, *P) each
 
 
 class _ConvFactorGradients(PendingGradients):
@@ -294,14 +305,16 @@ class _ConvFactorGradients(PendingGradients):
             channels = slice(h0 * D, h1 * D)
             z_f = _padded_rfft(self.noise(channels), self.fft_size)     # (R, c, F')
             signal = torch.empty(R, (h1 - h0) * D, self.fft_size[0], dtype=self.dtype, device=self.device)
+            g_fs = []
             for which, positions, triples in groups:                    # signal: G (R, c, F), zero-padded
                 signal[..., positions:].zero_()
                 compiled_kernels().accumulate_positions_last(
                     signal[..., :positions], [x.to(self.dtype) for x, _, _ in triples],
                     [g.to(self.dtype) for _, g, _ in triples],
                     [None if a is None else a.to(self.dtype).contiguous() for _, _, a in triples], h0)
-                g_f = torch.fft.rfft(signal)                            # (R, c, F')
-                self.grads[which][channels] += _correlation(z_f, g_f, self.fft_size, self.kernel_size)
+                g_fs.append(torch.fft.rfft(signal))                     # (R, c, F')
+            for (which, _, _), part in zip(groups, _correlations(z_f, g_fs, self.fft_size, self.kernel_size)):
+                self.grads[which][channels] += part
 
     def result(self) -> list[Optional[torch.Tensor]]:
         grads, self.grads = self.grads, [None, None]

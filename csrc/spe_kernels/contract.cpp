@@ -1,6 +1,6 @@
 // CPU kernels of SPE's per-position code contraction (spe/contract.py is the reference), plain and
 // gated, and the module's bindings (the sineSPE code kernels are in sine.cpp, convSPE's layout
-// kernel in layout.cpp).
+// kernels in layout.cpp and its spectral correlation in spectral.cpp).
 //
 //   E[s, h, d, r] = a[h, d] code[s, h, d, r] + c[h, d] noise[h, d, r]   (the effective code; E = code
 //                                                                         without a gate)
@@ -35,6 +35,7 @@ void normal_fill(at::Tensor& out, int64_t seed, int64_t offset);                
 std::vector<int64_t> philox4x32(const std::vector<int64_t>& counter, const std::vector<int64_t>& key);
 void accumulate_positions_last(at::Tensor& out, const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& gs,
                                const std::vector<c10::optional<at::Tensor>>& scales, int64_t h0);
+std::vector<at::Tensor> spectral_correlation(const at::Tensor& z, const std::vector<at::Tensor>& gs);  // spectral.cpp
 
 namespace {
 
@@ -253,6 +254,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("accumulate_positions_last", &accumulate_positions_last,
         "out[r,(h-h0)*D+d,s] = sum_t sum_b x_t[b,s,h,d] (scale_t[h,d]) g_t[b,s,h,r] (written, not added)",
         py::arg("out"), py::arg("xs"), py::arg("grads"), py::arg("scales"), py::arg("h0"));
+  m.def("spectral_correlation", &spectral_correlation,
+        "[out_t[c,f] = sum_r z[r,c,f] conj(g_t[r,c,f]) for each g_t]: (R, c, F) complex spectra -> (c, F)",
+        py::arg("z"), py::arg("gs"));
   m.def("accumulate", &contract_accumulate_scaled,
         "buf[s,h,d,r] += sum_t sum_b x_t[b,s,h,d] (scale_t[h,d]) g_t[b,s,h,r]", py::arg("buf"), py::arg("xs"),
         py::arg("grads"), py::arg("scales") = std::vector<c10::optional<at::Tensor>>());

@@ -9,7 +9,7 @@ import torch
 import spe.conv
 from spe import ConvSPE, SineSPE
 from spe.contract import compiled_kernels
-from spe.conv import _FilteredNoise, _fft_size, swap_outer
+from spe.conv import _correlations, _FilteredNoise, _fft_size, swap_outer
 
 H, D = 2, 3
 
@@ -167,6 +167,23 @@ def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, leng
         return _FilteredNoise.apply(noise, fft_size, size, outs, fq, fk)
 
     assert torch.autograd.gradcheck(function, filters)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("fft_size", [(70,), (64,), (6, 10)])  # tiles with a tail, whole tiles, 2-D
+def test_compiled_spectral_correlation_equals_torch_loop(dtype, fft_size, monkeypatch):
+    if compiled_kernels() is None:
+        pytest.skip("spe_kernels is not installed")
+    torch.manual_seed(0)
+    spectra = (13, 5, *fft_size[:-1], fft_size[-1] // 2 + 1)            # (R, c, *F')
+    z_f, *g_fs = (torch.randn(spectra, dtype=dtype) for _ in range(4))
+    kernel_size = (3,) * len(fft_size)
+    compiled = _correlations(z_f, g_fs, fft_size, kernel_size)
+    monkeypatch.setattr(spe.conv, "compiled_kernels", lambda: None)
+    reference = _correlations(z_f, g_fs, fft_size, kernel_size)
+    assert len(compiled) == 3 and compiled[0].shape == (5, *kernel_size)
+    for got, want in zip(compiled, reference):
+        torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
