@@ -160,9 +160,14 @@ inline void tile_block_float(const float* xt, const float* gt, int64_t n, int64_
   }
   for (int i = 0; i < DB; ++i)
     for (int q = 0; q < RB; ++q) {
+      float* row = op + (r + q) * orr + (d + i) * oc;
+      if (len == kLanes) {
+        stream16(row, acc[i][q]);  // the signal is read by the FFT after the whole chunk is formed
+        continue;
+      }
       float lanes[16];
       __builtin_memcpy(lanes, &acc[i][q], sizeof(lanes));
-      std::copy(lanes, lanes + len, op + (r + q) * orr + (d + i) * oc);
+      std::copy(lanes, lanes + len, row);
     }
 }
 
@@ -271,6 +276,7 @@ void accumulate_positions_last(at::Tensor& out, const std::vector<at::Tensor>& x
         for (; d < D; ++d)
           for (int64_t r = 0; r < R; ++r) tile_block<scalar_t, 1, 1>(xt.data(), gt.data(), n, D, R, d, r, tile_out, orr, oc, len);
       }
+      stream_fence();
     });
   });
 }
