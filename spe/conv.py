@@ -60,7 +60,7 @@ class ConvSPE(nn.Module):
         for conv in (self.conv_q, self.conv_k):
             nn.init.uniform_(conv.weight, 0.0, 1.0)
             conv.weight.data /= scale
-        self._workspace = Workspace()  # the last call's noise and two codes, reused when free
+        self._workspace = Workspace()  # the last call's two codes, reused when free
 
     def forward(self, shape: Sequence[int], num_realizations: Optional[int] = None):
         """One fresh draw for inputs of outer shape (batch, *size): (qbar, kbar), each (1, *size, H, D, R)."""
@@ -78,14 +78,12 @@ class ConvSPE(nn.Module):
         return self.noise_from_seed(length, draw_seed(generator), num_realizations)
 
     def noise_from_seed(self, length: Size, seed: int, num_realizations: Optional[int] = None) -> torch.Tensor:
-        """`draw_noise`'s noise for a given seed of `spe.random.normal` (the same seed, the same noise),
-        written into the previous draw's storage when nothing else holds it (a training step's noise is
-        100+ MiB: fresh pages cost about as much as the draw itself)."""
+        """`draw_noise`'s noise for a given seed of `spe.random.normal` (the same seed, the same noise)."""
         size = self._as_tuple(length, "length")
         r = self.num_realizations if num_realizations is None else num_realizations
         weight = self.conv_q.weight
-        shape = (r, weight.shape[0], *(s + p - 1 for s, p in zip(size, self.kernel_size)))
-        return normal(shape, seed, out=self._workspace.empty("noise", shape, like=weight))
+        padded = [s + p - 1 for s, p in zip(size, self.kernel_size)]
+        return normal((r, weight.shape[0], *padded), seed, device=weight.device, dtype=weight.dtype)
 
     def codes(self, noise: torch.Tensor, start: Size, length: Size):
         """(qbar, kbar) at positions start .. start+length-1, each (1, *length, H, D, R), contiguous.

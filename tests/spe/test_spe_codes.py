@@ -254,19 +254,6 @@ def test_conv_codes_reuse_their_storage_once_released():
     assert pe.codes(noise, 0, 12)[0].data_ptr() != address              # qbar is still held
 
 
-def test_conv_noise_reuses_a_released_draw_never_a_held_one():
-    pe = ConvSPE(1, H, D, 8, 5)
-    first = pe.noise_from_seed(12, seed=1)
-    values = first.clone()
-    second = pe.noise_from_seed(12, seed=2)                             # first is held: a new tensor
-    assert second.data_ptr() != first.data_ptr()
-    assert torch.equal(first, values) and not torch.equal(second, values)
-    address = second.data_ptr()
-    del first, second
-    again = pe.noise_from_seed(12, seed=1)                              # the released storage, seed 1's noise
-    assert again.data_ptr() == address and torch.equal(again, values)
-
-
 def test_fft_size_is_the_smallest_fast_size():
     """2, 3, 5-smooth, >= n, a multiple of 32 from 512 on (2187 = 3^7 and 16875 = 3^3 5^4 are slow),
     and the smallest such size."""
