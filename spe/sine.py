@@ -89,8 +89,7 @@ class SineSPE(nn.Module):
                     raise RuntimeError("SineSPE's freqs or offsets were modified in place between the forward "
                                        "and the backward of a shared code")
                 with torch.no_grad():
-                    positions = torch.arange(start, start + length, device=noise.device)
-                    return tuple(o.contiguous() for o in self._omegas(positions))
+                    return self._omegas_at(start, length)
 
             freqs = torch.sigmoid(self.freqs.double()) / 2              # (H, D, K), as in _cycles
             return SharedCode.sine(*omegas(), z.contiguous(), self._workspace, phases=(freqs, self.offsets, start),
@@ -147,6 +146,20 @@ class SineSPE(nn.Module):
         omega_q = torch.stack([torch.cos(phases_q), torch.sin(phases_q)], dim=-1).flatten(-2)  # (L, H, D, 2K)
         omega_k = torch.stack([torch.cos(phases_k), torch.sin(phases_k)], dim=-1).flatten(-2)  # (L, H, D, 2K)
         return omega_q, omega_k
+
+    def _omegas_at(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_omegas` at positions start .. start+length-1, contiguous, for use without autograd: one
+        compiled pass for float32 on CPU (`spe_kernels.sine_omegas`, equal within 2e-6: its cosine and
+        sine are polynomials), else the reference."""
+        kernels = compiled_kernels()
+        if hasattr(kernels, "sine_omegas") and self.offsets.dtype == torch.float32 \
+                and self.offsets.device.type == "cpu":
+            freqs = torch.sigmoid(self.freqs.detach().double()) / 2     # (H, D, K), as in _cycles
+            omega_q, omega_k = kernels.sine_omegas(freqs, self.offsets.detach(), start, length)
+            return omega_q, omega_k
+        positions = torch.arange(start, start + length, device=self.freqs.device)
+        omega_q, omega_k = self._omegas(positions)
+        return omega_q.contiguous(), omega_k.contiguous()
 
     def _rotated_omegas(self, start: int, length: int):
         """`_omegas(start .. start+length-1)` in the factored code's (H, L, D, 2K) layout, without

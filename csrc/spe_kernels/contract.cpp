@@ -26,6 +26,7 @@
 namespace spe_detail {
 
 at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z, c10::optional<at::Tensor> out);  // sine.cpp
+std::vector<at::Tensor> sine_omegas(const at::Tensor& freqs, const at::Tensor& offsets, int64_t start, int64_t length);
 std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor& omega, const at::Tensor& z);
 void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::vector<at::Tensor>& xs,
                          const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
@@ -241,6 +242,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sine_code", &sine_code, "code[s,h,d,r] = sum_j omega[s,h,d,j] z[h,d,j,r], new or into out",
         py::arg("omega"), py::arg("z"), py::arg("out") = py::none());
   m.def("sine_code_backward", &sine_code_backward, "(grad_omega, grad_z) of sine_code");
+  m.def("sine_omegas", &sine_omegas,
+        "[omega_q, omega_k] (L, H, D, 2K) float32: cos / sin of 2 pi frac(f (start + l)) (+ theta for the queries)",
+        py::arg("freqs"), py::arg("offsets"), py::arg("start"), py::arg("length"));
   m.def("sine_pairs_backward", &sine_pairs_backward,
         "grad_omega, grad_z += the gradients of sine_code for the code gradient sum_t (x_t scale_t)^T g_t",
         py::arg("grad_omega"), py::arg("grad_z"), py::arg("xs"), py::arg("grads"), py::arg("scales"),

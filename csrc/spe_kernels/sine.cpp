@@ -1,8 +1,10 @@
 // CPU kernels of the sineSPE code (spe/sine.py is the reference); bound in contract.cpp.
 #include "common.h"
 #include "rows.h"
+#include "trig.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace spe_detail {
@@ -14,6 +16,52 @@ inline void check_factors(const at::Tensor& omega, const at::Tensor& z) {
   TORCH_CHECK(z.dim() == 4 && z.is_contiguous() && z.scalar_type() == omega.scalar_type() &&
               z.size(0) == omega.size(1) && z.size(1) == omega.size(2) && z.size(2) == omega.size(3),
               "z must be a contiguous (H, D, J, R) tensor matching omega ", omega.sizes());
+}
+
+// sineSPE's features at positions start .. start + L - 1, float32 (spe/sine.py `SineSPE._omegas` is
+// the reference): omega_k[l, h, d, 2k] and [.., 2k + 1] are the cosine and sine of 2 pi c with
+// c = frac(f[h, d, k] (start + l)) taken in float64 (far positions keep their phase), omega_q the same
+// of 2 pi c + theta[h, d, k]. freqs (H, D, K) float64, offsets theta (H, D, K) float32. One pass that
+// writes both (L, H, D, 2K) tensors, instead of the reference's dozen full-size temporaries.
+std::vector<at::Tensor> sine_omegas(const at::Tensor& freqs, const at::Tensor& offsets, int64_t start, int64_t length) {
+  TORCH_CHECK(freqs.device().is_cpu() && freqs.dim() == 3 && freqs.scalar_type() == at::kDouble,
+              "freqs must be an (H, D, K) float64 CPU tensor, got ", freqs.sizes());
+  TORCH_CHECK(offsets.device().is_cpu() && offsets.sizes() == freqs.sizes() && offsets.scalar_type() == at::kFloat,
+              "offsets must be an (H, D, K) float32 CPU tensor like freqs, got ", offsets.sizes());
+  TORCH_CHECK(start >= 0 && length >= 1, "positions must start at >= 0 and number >= 1, got ", start, " and ", length);
+  const at::Tensor f = freqs.contiguous(), theta = offsets.contiguous();
+  const int64_t H = f.size(0), D = f.size(1), K = f.size(2), n = H * D * K;
+  at::Tensor omega_q = at::empty({length, H, D, 2 * K}, theta.options());
+  at::Tensor omega_k = at::empty({length, H, D, 2 * K}, theta.options());
+  const double* fp = f.data_ptr<double>();
+  std::vector<double> shift(n);  // theta in turns
+  for (int64_t i = 0; i < n; ++i) shift[i] = double(theta.data_ptr<float>()[i]) / (2.0 * M_PI);
+  float* qp = omega_q.data_ptr<float>();
+  float* kp = omega_k.data_ptr<float>();
+  at::parallel_for(0, length, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> vq(n), vk(n);  // one position's turns, in [0, 1]
+    for (int64_t l = begin; l < end; ++l) {
+      const double position = double(start + l);
+      for (int64_t i = 0; i < n; ++i) {
+        const double c = fp[i] * position, turns = c - std::floor(c), q = turns + shift[i];
+        vk[i] = float(turns);
+        vq[i] = float(q - std::floor(q));
+      }
+      float* __restrict__ oq = qp + l * 2 * n;
+      float* __restrict__ ok = kp + l * 2 * n;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        float cs, sn;
+        turn(vk[i], cs, sn);
+        ok[2 * i] = cs;
+        ok[2 * i + 1] = sn;
+        turn(vq[i], cs, sn);
+        oq[2 * i] = cs;
+        oq[2 * i + 1] = sn;
+      }
+    }
+  });
+  return {omega_q, omega_k};
 }
 
 // sineSPE code: code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r], written straight into

@@ -9,7 +9,7 @@ import torch
 import spe.conv
 import spe.shared as shared_module
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
-from spe.contract import compiled_available
+from spe.contract import compiled_available, compiled_kernels
 from spe.workspace import Workspace
 
 pytestmark = pytest.mark.skipif(not compiled_available(), reason="the factored gradient needs the compiled "
@@ -184,6 +184,20 @@ def test_float32_sine_gradient_kernels_equal_float64_reference(J):
                                 [None if a is None else a.float() for a in scales], *single)
     torch.testing.assert_close(got_omega.double(), want_omega, **tolerance)
     torch.testing.assert_close(got_z.double(), want_z, **tolerance)
+
+
+@pytest.mark.skipif(not hasattr(compiled_kernels(), "sine_omegas"), reason="spe_kernels is not installed")
+@pytest.mark.parametrize("start", [0, 1_000_003])
+def test_compiled_sine_features_equal_the_reference(start):
+    torch.manual_seed(2)
+    pe = SineSPE(num_heads=3, in_features=4, num_realizations=8, num_sines=5)
+    with torch.no_grad():
+        pe.offsets.normal_(0.0, 4.0)                                    # any real offset, not only [0, 2 pi)
+        got = pe._omegas_at(start, 300)
+        want = pe._omegas(torch.arange(start, start + 300))
+    for g, w in zip(got, want):
+        assert g.shape == (300, 3, 4, 10) and g.is_contiguous()
+        torch.testing.assert_close(g, w, atol=2e-6, rtol=0)
 
 
 def test_copies_of_a_generator_start_with_an_empty_workspace():
