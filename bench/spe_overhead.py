@@ -10,6 +10,13 @@ interleaved and repeated, and medians are reported. Default setting: 6 layers, d
 Printed: per variant the median step time (wall, CPU, and the system part of CPU with the minor
 page faults of a step), peak RSS and peak RSS above the process' baseline (RSS after building the
 model and data, before the first step), then the SPE / APE ratios.
+
+With --lockstep STEPS, time only: one fresh process builds every variant's model and steps them in
+turn, STEPS rounds after a warm-up round, and prints the median of each round's SPE / APE CPU-time
+ratio. A machine whose speed drifts between processes (here by about 0.1 on a ratio) drifts far
+less within one round; peak memory cannot be told apart in one process, so it is not printed.
+
+    .venv/bin/python -m bench.spe_overhead --lockstep 9
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 
 import torch
 
-from bench.timing import CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, time_training, use_allocator
+from bench.timing import (CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, time_training, training_step,
+                          use_allocator)
 from model import ModelConfig, MusicPerformer
 
 VARIANTS = ("ape", "sine_spe", "conv_spe")
@@ -28,15 +37,51 @@ VARIANTS = ("ape", "sine_spe", "conv_spe")
 
 def worker(spec: dict) -> dict:
     use_allocator(spec["allocator"])
+    if "lockstep" in spec:
+        return lockstep_worker(spec)
+    model, tokens = build(spec, spec["pe"], spec.get("contraction"))
+    return time_training(model, tokens, spec["steps"])
+
+
+def build(spec: dict, pe: str, contraction: str | None) -> tuple[MusicPerformer, torch.Tensor]:
+    """The benchmark's model for `pe` and its batch of tokens (B, N + 1), from a fixed seed."""
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=VOCAB, n_layer=spec["layers"], n_head=8, d_model=spec["d_model"],
-                      d_ff=4 * spec["d_model"], pe=spec["pe"], gated=True, share_pe=True,
+                      d_ff=4 * spec["d_model"], pe=pe, gated=True, share_pe=True,
                       attention=spec["attention"], max_len=spec["length"])
     model = MusicPerformer(cfg).train()
     if cfg.is_spe:
-        model.pe.contraction = spec.get("contraction")
-    tokens = torch.randint(0, VOCAB, (spec["batch"], spec["length"] + 1))
-    return time_training(model, tokens, spec["steps"])
+        model.pe.contraction = contraction
+    return model, torch.randint(0, VOCAB, (spec["batch"], spec["length"] + 1))
+
+
+def lockstep_worker(spec: dict) -> dict:
+    """Every variant's model in this process, stepped in turn: {variant: [(wall, CPU) per round]}
+    after one warm-up round."""
+    steps = {}
+    for variant in spec["variants"]:
+        pe, _, contraction = variant.partition("@")
+        model, tokens = build(spec, pe, contraction or spec["contraction"])
+        steps[variant] = training_step(model, tokens)
+    times: dict[str, list] = {variant: [] for variant in steps}
+    for round_ in range(spec["lockstep"] + 1):
+        for variant, step in steps.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            step()
+            if round_ > 0:
+                times[variant].append((time.perf_counter() - start, time.process_time() - start_cpu))
+    return times
+
+
+def print_lockstep(times: dict, variants: list) -> None:
+    """Medians of the lockstep rounds, and of each round's ratio to APE's step in the same round."""
+    for variant in variants:
+        wall, cpu = (statistics.median(t[i] for t in times[variant]) for i in (0, 1))
+        print(f"  {variant:20s} step {wall:.3f} s wall, {cpu:.3f} s CPU")
+    for variant in variants[1:]:
+        ratios = [t[1] / a[1] for t, a in zip(times[variant], times["ape"])]
+        print(f"  {variant} / ape: CPU {statistics.median(ratios):.3f} (median of {len(ratios)} rounds; "
+              f"rounds {min(ratios):.3f}-{max(ratios):.3f})")
 
 
 def _variant(text: str) -> str:
@@ -63,6 +108,8 @@ def main() -> None:
     parser.add_argument("--contraction", choices=CONTRACTIONS,
                         help="how SPE applies its code (default: chosen per call; autograd: the plain "
                              "per-layer tuple path, for before/after comparisons; factorised: sine only)")
+    parser.add_argument("--lockstep", type=int, default=0, metavar="STEPS",
+                        help="time only: step every variant in turn in one process, STEPS rounds")
     add_allocator_option(parser)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -71,6 +118,15 @@ def main() -> None:
         return
 
     variants = ["ape"] + [v for v in dict.fromkeys(args.variants) if v != "ape"]
+    if args.lockstep > 0:
+        spec = {"lockstep": args.lockstep, "variants": variants, "layers": args.layers, "d_model": args.d_model,
+                "length": args.length, "batch": args.batch, "attention": args.attention,
+                "contraction": args.contraction, "allocator": args.allocator}
+        print(f"{args.layers} layers, d_model {args.d_model}, N {args.length}, batch {args.batch}, "
+              f"attention {args.attention}, allocator {args.allocator}, {torch.get_num_threads()} threads, "
+              f"one process, {args.lockstep} lockstep rounds")
+        print_lockstep(run_isolated(__spec__.name, spec), variants)
+        return
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for _ in range(args.repeats):
         for variant in variants:
