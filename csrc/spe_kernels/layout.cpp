@@ -69,11 +69,9 @@ inline void swap_tile<float>(float* __restrict__ op, const float* xp, int64_t sa
       transpose16(v);
       for (int j = 0; j < 16; ++j) stream16(op + (b + j) * ob + a, v[j]);  // out is read in a later pass
     }
-  // the edges: columns a16 .. a1 of every row, rows b16 .. b1 of the first columns
-  for (int64_t b = b0; b < b1; ++b) {
-    const int64_t from = b < b16 ? a16 : a0;
-    for (int64_t a = from; a < a1; ++a) op[b * ob + a] = xp[a * sa + b];
-  }
+  // the edges, one value at a time: columns a16 .. a1 of the whole rows, then the rows past b16
+  swap_values(op, xp, sa, sb, ob, a16, a1, b0, b16);
+  swap_values(op, xp, sa, sb, ob, a0, a1, b16, b1);
 }
 #endif
 

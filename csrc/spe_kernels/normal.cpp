@@ -9,7 +9,6 @@
 #include "trig.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #if defined(__AVX512F__)

@@ -34,8 +34,9 @@ std::vector<at::Tensor> sine_omegas(const at::Tensor& freqs, const at::Tensor& o
   at::Tensor omega_q = at::empty({length, H, D, 2 * K}, theta.options());
   at::Tensor omega_k = at::empty({length, H, D, 2 * K}, theta.options());
   const double* fp = f.data_ptr<double>();
+  const float* tp = theta.data_ptr<float>();
   std::vector<double> shift(n);  // theta in turns
-  for (int64_t i = 0; i < n; ++i) shift[i] = double(theta.data_ptr<float>()[i]) / (2.0 * M_PI);
+  for (int64_t i = 0; i < n; ++i) shift[i] = double(tp[i]) / (2.0 * M_PI);
   float* qp = omega_q.data_ptr<float>();
   float* kp = omega_k.data_ptr<float>();
   at::parallel_for(0, length, 16, [&](int64_t begin, int64_t end) {

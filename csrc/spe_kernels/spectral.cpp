@@ -9,7 +9,6 @@
 #include "rows.h"
 
 #include <algorithm>
-#include <complex>
 #include <vector>
 
 namespace spe_detail {
