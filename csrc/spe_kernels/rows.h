@@ -89,6 +89,17 @@ inline void write_combination(scalar_t* __restrict__ out, const scalar_t* v, con
   add_combination<scalar_t, KR>(out, v, 1, rows, n, R);
 }
 
+// out[d * ostride + r] = sum_k xv[k, d] rows[k, r] for d < D: the D rows of x^T g for one block, xv (n, D)
+// and rows (n, R), each output row a combination of the n rows.
+template <typename scalar_t, int64_t KR>
+inline void block_rows(scalar_t* out, int64_t ostride, const scalar_t* xv, const scalar_t* __restrict__ rows,
+                       int64_t n, int64_t D, int64_t R) {
+  for (int64_t d = 0; d < D; ++d) {
+    std::fill(out + d * ostride, out + d * ostride + fixed<KR>(R), scalar_t(0));
+    add_combination<scalar_t, KR>(out + d * ostride, xv + d, D, rows, n, R);
+  }
+}
+
 // out[k * ostride] = sum_r e[r] rows[k, r] for k < n: the products of one row with the rows of (n, R),
 // four at a time.
 template <typename scalar_t, int64_t KR>
@@ -278,6 +289,35 @@ inline void write_combination<float, 64>(float* __restrict__ out, const float* v
   for (int q = 0; q < 4; ++q) stream16(out + 16 * q, acc[q]);
 }
 
+// The same for float rows of 64 with D a multiple of 4: four output rows at a time in 16 vector
+// registers, each row of g loaded once for the four.
+template <>
+inline void block_rows<float, 64>(float* out, int64_t ostride, const float* xv, const float* __restrict__ rows,
+                                  int64_t n, int64_t D, int64_t R) {
+  if (D % 4 != 0) {
+    for (int64_t d = 0; d < D; ++d) {
+      std::fill(out + d * ostride, out + d * ostride + 64, 0.0f);
+      add_combination<float, 64>(out + d * ostride, xv + d, D, rows, n, R);
+    }
+    return;
+  }
+  for (int64_t d0 = 0; d0 < D; d0 += 4) {
+    Lanes16 acc[4][4] = {};
+    for (int64_t k = 0; k < n; ++k) {
+      Lanes16 g[4];
+      load64(g, rows + k * 64);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const float x = xv[k * D + d0 + i];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) acc[i][q] += x * g[q];
+      }
+    }
+    for (int i = 0; i < 4; ++i)
+      for (int q = 0; q < 4; ++q) __builtin_memcpy(out + (d0 + i) * ostride + 16 * q, &acc[i][q], sizeof(Lanes16));
+  }
+}
+
 template <>
 inline void block_products<float, 64>(float* out, const float* __restrict__ e, const float* __restrict__ g,
                                       int64_t n, int64_t D, int64_t R) {
@@ -445,6 +485,51 @@ inline void gather_pairs(const std::vector<at::Tensor>& xs, const std::vector<at
         for (int64_t d = 0; d < D; ++d) xv[(k + b) * D + d] *= sc[d];
     }
     k += xs[t].size(0);
+  }
+}
+
+// The rows of positions s0 .. s0 + count - 1 of every head, for all the triples: gather_pairs of each
+// (s0 + t, h) into rows + (t H + h) n R and xv + (t H + h) n D. Each tensor is read in the order of
+// its memory (positions inner when they are closer together than heads, as in a gradient that comes
+// back heads-first), so that a tile's rows are read as a few long runs.
+template <typename scalar_t>
+inline void gather_pairs_tile(const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& gs,
+                              const std::vector<at::Tensor>& scale, int64_t s0, int64_t count,
+                              scalar_t* __restrict__ rows, scalar_t* __restrict__ xv) {
+  int64_t n = 0;  // rows of all triples together
+  for (const auto& x : xs) n += x.size(0);
+  const int64_t H = xs[0].size(2);
+  int64_t k = 0;  // first row of triple t
+  for (size_t i = 0; i < xs.size(); ++i) {
+    for (const auto* pair : {&xs[i], &gs[i]}) {
+      const at::Tensor& src = *pair;
+      const int64_t B = src.size(0), len = src.size(3), sn = src.stride(3);
+      scalar_t* out = pair == &xs[i] ? xv : rows;
+      const scalar_t* base = src.data_ptr<scalar_t>();
+      const bool positions_inner = src.stride(1) <= src.stride(2);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t u = 0; u < count * H; ++u) {
+          const int64_t t = positions_inner ? u % count : u / H, h = positions_inner ? u / count : u % H;
+          const scalar_t* from = base + b * src.stride(0) + (s0 + t) * src.stride(1) + h * src.stride(2);
+          scalar_t* to = out + ((t * H + h) * n + k + b) * len;
+          if (sn == 1) {
+            std::copy(from, from + len, to);
+          } else {
+            for (int64_t c = 0; c < len; ++c) to[c] = from[c * sn];
+          }
+        }
+    }
+    if (scale[i].defined()) {
+      const int64_t D = xs[i].size(3);
+      const scalar_t* sc = scale[i].data_ptr<scalar_t>();
+      for (int64_t u = 0; u < count * H; ++u)
+        for (int64_t b = 0; b < xs[i].size(0); ++b) {
+          scalar_t* row = xv + (u * n + k + b) * D;
+          const scalar_t* sh = sc + (u % H) * D;
+          for (int64_t d = 0; d < D; ++d) row[d] *= sh[d];
+        }
+    }
+    k += xs[i].size(0);
   }
 }
 

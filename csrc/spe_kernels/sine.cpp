@@ -137,6 +137,14 @@ std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor
 // grad_z (H, D, J, R) without G ever being stored: each (s, h) block of G (D x R) is formed in
 // cache from the triples' rows, and both gradients are taken from it at once. omega and grad_omega
 // may be prefixes (S' <= S positions) of longer contiguous tensors.
+//
+// Each thread takes a range of positions, kTile at a time. A tile's rows of every head are first
+// copied into a local buffer position by position (each (b, s) holds the rows of all heads in one
+// contiguous run; read one head at a time, they were 256-byte pieces 2 KiB apart in two dozen
+// tensors, and the reads waited on the TLB). The tile is then taken one head at a time, and within
+// it one d at a time: the rows G[s, h, d] of the tile's positions sit together in cache, so that
+// grad_z[h, d] (J x R, a partial sum per thread) is read and written once per tile, not once per
+// position.
 void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::vector<at::Tensor>& xs,
                          const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
                          const at::Tensor& omega, const at::Tensor& z) {
@@ -149,10 +157,10 @@ void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::
   const std::vector<at::Tensor> scale = check_pairs(xs, gs, scales, omega, R);
   int64_t n = 0;  // rows of all triples together
   for (const auto& x : xs) n += x.size(0);
-  // blocks in head-major order (that head's z and grad_z stay in cache), one chunk per thread with a
-  // partial grad_z each, added at the end (fixed bounds: the sum does not depend on scheduling)
-  const int64_t blocks = H * S;
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), blocks));
+  constexpr int64_t kTile = 32;  // positions per tile (8-64 measured: bench/README.md)
+  // one chunk of positions per thread with a partial grad_z each, added at the end (fixed bounds:
+  // the sum does not depend on scheduling)
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), S));
   at::Tensor parts = at::zeros({chunks, H, D, J, R}, z.options());
   dispatch_rows(omega, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
@@ -161,19 +169,31 @@ void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::
     const scalar_t* zp = z.data_ptr<scalar_t>();
     scalar_t* gop = grad_omega.data_ptr<scalar_t>();
     at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-      std::vector<scalar_t> rows(n * R), xv(n * D), prow(R), dots(J);
+      // the tile's rows: (position, head) -> grad rows (n, R) and scaled x rows (n, D); G of one head
+      // (D, tile positions, R)
+      std::vector<scalar_t> rows(kTile * H * n * R), xv(kTile * H * n * D), blocks(D * kTile * R), dots(J);
       for (int64_t k = chunk_begin; k < chunk_end; ++k) {
         scalar_t* part = parts.data_ptr<scalar_t>() + k * H * D * J * R;
-        for (int64_t b = blocks * k / chunks; b < blocks * (k + 1) / chunks; ++b) {
-          const int64_t h = b / S, s = b % S;
-          gather_pairs(xs, gs, scale, s, h, rows.data(), xv.data());
-          for (int64_t d = 0; d < D; ++d) {
-            const int64_t hd = h * D + d, i = (s * H + h) * D + d;
-            std::fill(prow.begin(), prow.end(), scalar_t(0));
-            add_combination<scalar_t, KR>(prow.data(), xv.data() + d, D, rows.data(), n, R);  // G[s, h, d]
-            row_dots<scalar_t, KR>(dots.data(), prow.data(), zp + hd * J * R, J, R);
-            for (int64_t j = 0; j < J; ++j) gop[i * J + j] += dots[j];
-            add_scaled_row<scalar_t, KR>(part + hd * J * R, op + i * J, 1, prow.data(), J, R);
+        for (int64_t s0 = S * k / chunks; s0 < S * (k + 1) / chunks; s0 += kTile) {
+          const int64_t count = std::min(kTile, S * (k + 1) / chunks - s0);
+          gather_pairs_tile(xs, gs, scale, s0, count, rows.data(), xv.data());
+          for (int64_t h = 0; h < H; ++h) {
+            for (int64_t t = 0; t < count; ++t)  // G[s0 + t, h, d] at blocks[d, t]
+              block_rows<scalar_t, KR>(blocks.data() + t * R, count * R, xv.data() + (t * H + h) * n * D,
+                                       rows.data() + (t * H + h) * n * R, n, D, R);
+            for (int64_t d = 0; d < D; ++d) {
+              const int64_t hd = h * D + d;
+              const scalar_t* grows = blocks.data() + d * count * R;  // G[s0 .. s0 + count, h, d]
+              for (int64_t t = 0; t < count; ++t) {
+                row_dots<scalar_t, KR>(dots.data(), grows + t * R, zp + hd * J * R, J, R);
+                scalar_t* go = gop + ((s0 + t) * H * D + hd) * J;
+                for (int64_t j = 0; j < J; ++j) go[j] += dots[j];
+              }
+              // grad_z[h, d, j] += sum_t omega[s0 + t, h, d, j] G[s0 + t, h, d]
+              for (int64_t j = 0; j < J; ++j)
+                add_combination<scalar_t, KR>(part + (hd * J + j) * R, op + (s0 * H * D + hd) * J + j, H * D * J,
+                                              grows, count, R);
+            }
           }
         }
       }

@@ -161,13 +161,14 @@ def test_workspace_reuses_only_unreferenced_matching_tensors():
 
 
 @pytest.mark.parametrize("J", [6, 10, 18])                 # 2K; above 16 the lane sums run twice
-def test_float32_sine_gradient_kernels_equal_float64_reference(J):
+@pytest.mark.parametrize("S, D", [(9, 5), (70, 8)])        # tiles of 32 positions and their tails;
+def test_float32_sine_gradient_kernels_equal_float64_reference(J, S, D):  # D = 8: four rows at a time
     """The float32 paths of rows of 64 (butterfly sums across lanes) of the sine code's gradient, from
     a stored code gradient and from the layers' triples, against float64 einsums."""
     from spe.contract import compiled_kernels
 
     torch.manual_seed(J)
-    S, R = 9, 64
+    R = 64
     omega, z = torch.randn(S, H, D, J, dtype=torch.float64), torch.randn(H, D, J, R, dtype=torch.float64)
     xs = [strided_rows(b, S, H, D) for b in (3, 2)]
     gs = [strided_rows(b, S, H, R) for b in (3, 2)]
