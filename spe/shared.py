@@ -144,7 +144,7 @@ def factored_available(omega: torch.Tensor, z: torch.Tensor) -> bool:
     """Whether `SharedCode.sine` can serve these factors: the compiled kernels (a build with the
     factored gradient) and float32/64 CPU tensors of one dtype."""
     return backend_for(omega) == "compiled" and z.dtype == omega.dtype and z.device == omega.device \
-        and hasattr(compiled_kernels(), "sine_pairs_backward")
+        and hasattr(compiled_kernels(), "sine_pairs_phase_backward")
 
 
 class _Gradients:
@@ -257,7 +257,9 @@ class PendingGradients:
 class _SineFactorGradients(PendingGradients):
     """A sineSPE code's gradients: each flush adds the gradients of omega `which` and z through the
     compiled pass that forms each (D, R) block of the code gradient in cache. Inputs (omega_q,
-    omega_k, z), or with `start` (the omegas then constants) (freqs, offsets, z)."""
+    omega_k, z), or with `start` (the omegas then constants) (freqs, offsets, z): omega's gradient is
+    then taken on to its phases in the same pass (`sine_pairs_phase_backward`), which leaves two
+    (H, D, K) sums per code instead of an (S, H, D, 2K) gradient."""
 
     def __init__(self, omegas: tuple[torch.Tensor, torch.Tensor] | Callable[[], tuple[torch.Tensor, torch.Tensor]],
                  z: torch.Tensor, start: int | None) -> None:
@@ -266,6 +268,8 @@ class _SineFactorGradients(PendingGradients):
         # the step: 2 x 21 MiB at the paper's width), held from the first flush to the result
         self._omegas, self.z, self.start = omegas, z, start
         self._kept = None if callable(omegas) else omegas
+        # per code: omega's gradient (S, H, D, 2K), or with `start` its phases' sums (2, H, D, K) float64:
+        # sum_s d loss / d phase and sum_s s d loss / d phase
         self.grad_omegas: list[torch.Tensor | None] = [None, None]
         self.grad_z: list[torch.Tensor | None] = [None, None]
 
@@ -277,32 +281,34 @@ class _SineFactorGradients(PendingGradients):
 
     def add_triples(self, which: int, positions: int, triples: list) -> None:
         omega, dtype = self.omegas[which], self.z.dtype
+        kernels = compiled_kernels()
         if self.grad_omegas[which] is None:
-            self.grad_omegas[which] = torch.zeros_like(omega)
+            self.grad_omegas[which] = torch.zeros_like(omega) if self.start is None else \
+                torch.zeros(2, *omega.shape[1:-1], omega.shape[-1] // 2, dtype=torch.float64, device=omega.device)
             self.grad_z[which] = torch.zeros_like(self.z)
-        compiled_kernels().sine_pairs_backward(
-            self.grad_omegas[which][:positions], self.grad_z[which],
-            [x.to(dtype) for x, _, _ in triples], [g.to(dtype) for _, g, _ in triples],
-            [None if a is None else a.to(dtype) for _, _, a in triples], omega[:positions], self.z)
+        pairs = ([x.to(dtype) for x, _, _ in triples], [g.to(dtype) for _, g, _ in triples],
+                 [None if a is None else a.to(dtype) for _, _, a in triples], omega[:positions], self.z)
+        if self.start is None:
+            kernels.sine_pairs_backward(self.grad_omegas[which][:positions], self.grad_z[which], *pairs)
+        else:
+            kernels.sine_pairs_phase_backward(self.grad_omegas[which], self.grad_z[which], *pairs)
 
     def result(self) -> list[torch.Tensor | None]:
         grad_z = [g for g in self.grad_z if g is not None]
         grad_z = sum(grad_z) if grad_z else None
         grad_q, grad_k = self.grad_omegas
-        omegas = self._kept                                             # set by any flush that gave a gradient
         self.grad_omegas, self.grad_z = [None, None], [None, None]
         if callable(self._omegas):
             self._kept = None
         if self.start is None:
             return [grad_q, grad_k, grad_z]
-        phase_q, phase_k = (None if g is None else _phase_gradient(g, omega)
-                            for g, omega in zip((grad_q, grad_k), omegas or (None, None)))  # (S, H, D, K) each
-        phase = [g for g in (phase_q, phase_k) if g is not None]
-        if not phase:
+        sums = [g for g in (grad_q, grad_k) if g is not None]          # (2, H, D, K) each
+        if not sums:
             return [None, None, grad_z]
-        positions = torch.arange(phase[0].shape[0], dtype=torch.float64, device=phase[0].device) + self.start
-        grad_freqs = 2 * math.pi * torch.einsum("s,shdk->hdk", positions, sum(phase).double())  # d phase / d f
-        grad_offsets = None if phase_q is None else phase_q.sum(0)      # (H, D, K): the queries' phases
+        plain, weighted = sum(sums)                                     # over positions s = 0, 1, ..
+        # phase = 2 pi f (start + s) (+ theta for the queries)
+        grad_freqs = 2 * math.pi * (self.start * plain + weighted)      # (H, D, K) float64
+        grad_offsets = None if grad_q is None else grad_q[0].to(self.z.dtype)  # the queries' phases
         return [grad_freqs, grad_offsets, grad_z]
 
 
@@ -318,9 +324,3 @@ class _FactorLink(torch.autograd.Function):
     @staticmethod
     def backward(ctx, _):
         return (None, *ctx.gradients.take())
-
-
-def _phase_gradient(grad_omega: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
-    """d loss / d phase (S, H, D, K) from d loss / d omega (S, H, D, 2K), omega = interleaved cos, sin
-    of the phases: (d loss / d sin) cos - (d loss / d cos) sin."""
-    return grad_omega[..., 1::2] * omega[..., 0::2] - grad_omega[..., 0::2] * omega[..., 1::2]

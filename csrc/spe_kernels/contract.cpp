@@ -31,6 +31,9 @@ std::vector<at::Tensor> sine_code_backward(const at::Tensor& g, const at::Tensor
 void sine_pairs_backward(at::Tensor& grad_omega, at::Tensor& grad_z, const std::vector<at::Tensor>& xs,
                          const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
                          const at::Tensor& omega, const at::Tensor& z);
+void sine_pairs_phase_backward(at::Tensor& sums, at::Tensor& grad_z, const std::vector<at::Tensor>& xs,
+                               const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
+                               const at::Tensor& omega, const at::Tensor& z);
 at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out);                   // layout.cpp
 void normal_fill(at::Tensor& out, int64_t seed, int64_t offset);                                 // normal.cpp
 std::vector<int64_t> philox4x32(const std::vector<int64_t>& counter, const std::vector<int64_t>& key);
@@ -249,6 +252,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "grad_omega, grad_z += the gradients of sine_code for the code gradient sum_t (x_t scale_t)^T g_t",
         py::arg("grad_omega"), py::arg("grad_z"), py::arg("xs"), py::arg("grads"), py::arg("scales"),
         py::arg("omega"), py::arg("z"));
+  m.def("sine_pairs_phase_backward", &sine_pairs_phase_backward,
+        "grad_z += as sine_pairs_backward; sums[0], sums[1] += sum_s dphase, sum_s s dphase (omega's gradient taken "
+        "on to its phases, omega = (cos, sin) pairs)",
+        py::arg("sums"), py::arg("grad_z"), py::arg("xs"), py::arg("grads"), py::arg("scales"), py::arg("omega"),
+        py::arg("z"));
   m.def("swap_outer", &swap_outer, "out[b,c,a] = x[a,c,b]: (A, C, B) -> (B, C, A), new or into out",
         py::arg("x"), py::arg("out") = py::none());
   m.def("normal_fill", &normal_fill, "out = samples offset .. offset+numel-1 of the normal draw keyed by seed",

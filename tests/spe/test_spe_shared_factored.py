@@ -181,9 +181,16 @@ def test_float32_sine_gradient_kernels_equal_float64_reference(J, S, D):  # D = 
     torch.testing.assert_close(got_omega.double(), want_omega, **tolerance)
     torch.testing.assert_close(got_z.double(), want_z, **tolerance)
     got_omega, got_z = torch.zeros_like(single[0]), torch.zeros_like(single[1])
-    kernels.sine_pairs_backward(got_omega, got_z, [x.float() for x in xs], [g.float() for g in gs],
-                                [None if a is None else a.float() for a in scales], *single)
+    triples = ([x.float() for x in xs], [g.float() for g in gs], [None if a is None else a.float() for a in scales])
+    kernels.sine_pairs_backward(got_omega, got_z, *triples, *single)
     torch.testing.assert_close(got_omega.double(), want_omega, **tolerance)
+    torch.testing.assert_close(got_z.double(), want_z, **tolerance)
+    # omega's gradient taken on to phases (omega = (cos, sin) pairs): their sums, plain and by position
+    phase = want_omega[..., 1::2] * omega[..., 0::2] - want_omega[..., 0::2] * omega[..., 1::2]  # (S, H, D, K)
+    positions = torch.arange(S, dtype=torch.float64)[:, None, None, None]
+    got_sums, got_z = torch.ones(2, H, D, J // 2, dtype=torch.float64), torch.zeros_like(single[1])  # added to
+    kernels.sine_pairs_phase_backward(got_sums, got_z, *triples, *single)
+    torch.testing.assert_close(got_sums, 1 + torch.stack([phase.sum(0), (positions * phase).sum(0)]), **tolerance)
     torch.testing.assert_close(got_z.double(), want_z, **tolerance)
 
 
