@@ -48,10 +48,9 @@ class CausalLinearAttention(nn.Module):
         """Feature-map inputs of queries and keys (B, H, N, F) and values (B, H, N, D)."""
         B, N, _ = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.n_head, self.head_dim).unbind(dim=2)  # (B, N, H, D)
-        q, k = pe.queries_keys(self.layer, q, k, context)  # (B, N, H, F) each
-        q = (q * self.qk_scale).transpose(1, 2)  # (B, H, N, F)
-        k = (k * self.qk_scale).transpose(1, 2)  # (B, H, N, F)
-        return q, k, v.transpose(1, 2)  # v: (B, H, N, D)
+        # scaled before the positional encoding, which is linear in q and k (SPE: on D features, not R)
+        q, k = pe.queries_keys(self.layer, q * self.qk_scale, k * self.qk_scale, context)  # (B, N, H, F) each
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, N, F), (B, H, N, F), (B, H, N, D)
 
     def forward(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext
                 ) -> torch.Tensor:

@@ -121,7 +121,8 @@ class PositionalEncoding(nn.Module):
 
     def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor, context: PositionalContext
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, N, H, D) queries and keys -> (B, N, H, qk_dims) inputs of the feature map."""
+        """(B, N, H, D) queries and keys -> (B, N, H, qk_dims) inputs of the feature map; linear in q
+        and k (the attention scales them before this call)."""
         return q, k
 
 

@@ -90,7 +90,9 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
   check_rows(x, code, code.size(2), "x");
   const GateTensors gate = check_gate(a, c, noise, code);
   const int64_t B = x.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
-  auto out = at::empty({B, S, H, R}, code.options());
+  // (B, S, H, R) with heads-first strides: the attention reads it as (B, H, S, R) (model/attention.py),
+  // which then needs no copy
+  auto out = at::empty({B, H, S, R}, code.options()).permute({0, 2, 1, 3});
   dispatch_rows(code, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
     constexpr int64_t KR = decltype(kr)::value;
@@ -107,7 +109,7 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
                                          gp.c ? gp.c + h * D : nullptr, gp.noise ? gp.noise + h * D * R : nullptr,
                                          B, D, R, erow.data());
         for (int64_t b = 0; b < B; ++b)
-          std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * S + s) * H + h) * R);
+          std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * H + h) * S + s) * R);
       }
     });
   });
