@@ -20,9 +20,9 @@ A code can also take its gradient in factored form (`SharedCode.from_parts` with
 what `SineSPE.shared_code` and, in 1-D, `ConvSPE.shared_code` return when the compiled kernels apply):
 the code itself is stored for the forward, but its gradient never is. The pending triples are turned
 straight into the gradients of what the code was computed from, FACTOR_FLUSH_ROWS rows at a time:
-sineSPE's (omega, z, then the frequencies and offsets) by one compiled pass
-(`spe_kernels.sine_pairs_backward`) that forms each (D, R) block of the code gradient in cache
-(`SharedCode.sine`), convSPE's filters a few heads at a time (`spe.conv`). No code-sized gradient
+sineSPE's (omega or, given the phases, straight the frequencies and offsets, and z) by one compiled
+pass (`spe_kernels.sine_pairs_backward` / `sine_pairs_phase_backward`) that forms each (D, R) block
+of the code gradient in cache (`SharedCode.sine`), convSPE's filters a few heads at a time (`spe.conv`). No code-sized gradient
 buffer to allocate, zero and read back.
 
 The filters' autograd nodes keep the code slices they use as saved tensors, not the SharedCode, so
@@ -83,7 +83,7 @@ class SharedCode:
         graph of the (S, H, D, K) phases is kept through the step. `recompute_omegas` (a function
         returning the same omegas) has the backward compute them again instead of keeping them."""
         if not factored_available(omega_q, z):
-            raise ValueError("SharedCode.sine needs the compiled spe_kernels (with sine_pairs_backward) and "
+            raise ValueError("SharedCode.sine needs the compiled spe_kernels (with sine_pairs_phase_backward) and "
                              "float32/64 CPU tensors of one dtype")
         kernels = compiled_kernels()
         shape = (*omega_q.shape[:3], z.shape[-1])                        # (S, H, D, R)
