@@ -72,7 +72,8 @@ def gated_compiled(code: torch.Tensor, backend: str | None = None) -> bool:
 
 
 def contract(x: torch.Tensor, code: torch.Tensor, backend: str | None = None) -> torch.Tensor:
-    """x (B, S, H, D), code (S, H, D, R) contiguous -> (B, S, H, R)."""
+    """x (B, S, H, D), code (S, H, D, R) contiguous -> (B, S, H, R) (from the compiled kernel a view
+    of a (B, H, S, R) tensor, the layout the attention reads)."""
     _check(x, code, code.shape[2], "x")
     if backend_for(code, backend) == "compiled":
         return _compiled.forward(x.to(code.dtype), code)
@@ -133,7 +134,8 @@ def accumulate(buf: torch.Tensor, xs: list[torch.Tensor], grads: list[torch.Tens
 def gated_contract(x: torch.Tensor, code: torch.Tensor, gate: Gate | None = None,
                    backend: str | None = None) -> torch.Tensor:
     """x (B, S, H, D), code (S, H, D, R) contiguous, gate (a, c, noise) or None -> (B, S, H, R):
-    out = sum_d x_d (a_d code_d + c_d noise_d), or `contract(x, code)` without a gate."""
+    out = sum_d x_d (a_d code_d + c_d noise_d), or `contract(x, code)` without a gate (compiled: a view
+    of a (B, H, S, R) tensor)."""
     _check(x, code, code.shape[2], "x")
     if gate is not None:
         _check_gate(gate, code)

@@ -499,7 +499,7 @@ inline void gather_pairs_tile(const std::vector<at::Tensor>& xs, const std::vect
   int64_t n = 0;  // rows of all triples together
   for (const auto& x : xs) n += x.size(0);
   const int64_t H = xs[0].size(2);
-  int64_t k = 0;  // first row of triple t
+  int64_t k = 0;  // first row of triple i
   for (size_t i = 0; i < xs.size(); ++i) {
     for (const auto* pair : {&xs[i], &gs[i]}) {
       const at::Tensor& src = *pair;
