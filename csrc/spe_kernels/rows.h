@@ -503,21 +503,12 @@ inline void gather_pairs_tile(const std::vector<at::Tensor>& xs, const std::vect
   for (size_t i = 0; i < xs.size(); ++i) {
     for (const auto* pair : {&xs[i], &gs[i]}) {
       const at::Tensor& src = *pair;
-      const int64_t B = src.size(0), len = src.size(3), sn = src.stride(3);
       scalar_t* out = pair == &xs[i] ? xv : rows;
-      const scalar_t* base = src.data_ptr<scalar_t>();
       const bool positions_inner = src.stride(1) <= src.stride(2);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t u = 0; u < count * H; ++u) {
-          const int64_t t = positions_inner ? u % count : u / H, h = positions_inner ? u / count : u % H;
-          const scalar_t* from = base + b * src.stride(0) + (s0 + t) * src.stride(1) + h * src.stride(2);
-          scalar_t* to = out + ((t * H + h) * n + k + b) * len;
-          if (sn == 1) {
-            std::copy(from, from + len, to);
-          } else {
-            for (int64_t c = 0; c < len; ++c) to[c] = from[c * sn];
-          }
-        }
+      for (int64_t u = 0; u < count * H; ++u) {
+        const int64_t t = positions_inner ? u % count : u / H, h = positions_inner ? u / count : u % H;
+        gather(src, s0 + t, h, out + ((t * H + h) * n + k) * src.size(3));
+      }
     }
     if (scale[i].defined()) {
       const int64_t D = xs[i].size(3);
