@@ -22,8 +22,8 @@ the code itself is stored for the forward, but its gradient never is. The pendin
 straight into the gradients of what the code was computed from, FACTOR_FLUSH_ROWS rows at a time:
 sineSPE's (omega or, given the phases, straight the frequencies and offsets, and z) by one compiled
 pass (`spe_kernels.sine_pairs_backward` / `sine_pairs_phase_backward`) that forms each (D, R) block
-of the code gradient in cache (`SharedCode.sine`), convSPE's filters a few heads at a time (`spe.conv`). No code-sized gradient
-buffer to allocate, zero and read back.
+of the code gradient in cache (`SharedCode.sine`), convSPE's filters a few heads at a time
+(`spe.conv`). No code-sized gradient buffer to allocate, zero and read back.
 
 The filters' autograd nodes keep the code slices they use as saved tensors, not the SharedCode, so
 once the backward has run nothing but the caller holds the code (a `Workspace` can then reuse it).

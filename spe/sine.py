@@ -91,8 +91,8 @@ class SineSPE(nn.Module):
                 with torch.no_grad():
                     return self._omegas_at(start, length)
 
-            freqs = torch.sigmoid(self.freqs.double()) / 2              # (H, D, K), as in _cycles
-            return SharedCode.sine(*omegas(), z.contiguous(), self._workspace, phases=(freqs, self.offsets, start),
+            return SharedCode.sine(*omegas(), z.contiguous(), self._workspace,
+                                   phases=(self._frequencies(), self.offsets, start),
                                    recompute_omegas=omegas if torch.is_grad_enabled() else None)
         omega_q, omega_k, z = self._factors(noise, start, length)
         qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
@@ -105,8 +105,7 @@ class SineSPE(nn.Module):
         self._check_request(noise, start, length)
         with torch.no_grad():
             omega_q, omega_k = self._rotated_omegas(start, length)      # (H, L, D, 2K) each
-        freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
-        return FactorisedCode(omega_q, omega_k, self._scaled_noise(noise), freqs, self.offsets, start)
+        return FactorisedCode(omega_q, omega_k, self._scaled_noise(noise), self._frequencies(), self.offsets, start)
 
     def _factors(self, noise: torch.Tensor, start: int, length: int):
         """(omega_q, omega_k, z): the omegas (L, H, D, 2K), z (H, D, 2K, R)."""
@@ -154,9 +153,7 @@ class SineSPE(nn.Module):
         kernels = compiled_kernels()
         if hasattr(kernels, "sine_omegas") and self.offsets.dtype == torch.float32 \
                 and self.offsets.device.type == "cpu":
-            freqs = torch.sigmoid(self.freqs.detach().double()) / 2     # (H, D, K), as in _cycles
-            omega_q, omega_k = kernels.sine_omegas(freqs, self.offsets.detach(), start, length)
-            return omega_q, omega_k
+            return tuple(kernels.sine_omegas(self._frequencies().detach(), self.offsets.detach(), start, length))
         positions = torch.arange(start, start + length, device=self.freqs.device)
         omega_q, omega_k = self._omegas(positions)
         return omega_q.contiguous(), omega_k.contiguous()
@@ -186,11 +183,14 @@ class SineSPE(nn.Module):
             omegas.append(omega[:, :length])                            # (H, L, D, 2K), a view
         return omegas
 
+    def _frequencies(self) -> torch.Tensor:
+        """The frequencies f_k = sigmoid(freqs) / 2 in float64: (H, D, K)."""
+        return torch.sigmoid(self.freqs.double()) / 2
+
     def _cycles(self, positions: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """f_k * position modulo 1 (its fractional part), computed in float64 so that far positions keep
         their phase: (H, D, L, K)."""
-        freqs = torch.sigmoid(self.freqs.double()) / 2                  # (H, D, K)
-        cycles = freqs[:, :, None, :] * positions.double()[:, None]     # (H, D, L, K)
+        cycles = self._frequencies()[:, :, None, :] * positions.double()[:, None]  # (H, D, L, K)
         return torch.frac(cycles).to(dtype or self.freqs.dtype)         # (-1, 1): the same cos / sin
 
 
