@@ -10,6 +10,7 @@ from model.positional import POSITIONAL_ENCODINGS
 PE_KINDS = tuple(POSITIONAL_ENCODINGS)  # the registered positional encodings
 SPE_KINDS = tuple(name for name, encoding in POSITIONAL_ENCODINGS.items() if encoding.stochastic)
 ATTENTION_KINDS = ("ft", "torch")
+CODE_DTYPES = ("float16", "float32")  # ModelConfig.code_dtype
 
 
 @dataclass
@@ -26,6 +27,11 @@ class ModelConfig:
     num_realizations: int = 64  # SPE only: R, the number of noise realisations (width of qhat, khat)
     num_sines: int = 5  # sine_spe only: K, sinusoidal components per (head, feature)
     kernel_size: int = 128  # conv_spe only: P, length of the learned filters
+    # SPE only: precision the shared code is stored in while it serves the layers of a training pass
+    # with the compiled CPU kernels: float16 (half the memory and the bytes read per layer; values
+    # rounded to 11 significant bits) or float32 (exactly the computed code). Passes without
+    # gradients (evaluation, generation) always keep the computed code
+    code_dtype: str = "float16"
     feature_dims: int = 128  # M, number of FAVOR+ positive orthogonal random features
     attention: str = "ft"  # causal linear-attention kernel: ft (fast_transformers) or torch
     max_len: int = 2048  # learned_ape: size of the position table; conv_spe: default noise length
@@ -44,6 +50,8 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if self.pe not in PE_KINDS:
             raise ValueError(f"ModelConfig.pe must be one of {PE_KINDS}, got {self.pe!r}")
+        if self.code_dtype not in CODE_DTYPES:
+            raise ValueError(f"ModelConfig.code_dtype must be one of {CODE_DTYPES}, got {self.code_dtype!r}")
         if self.attention not in ATTENTION_KINDS:
             raise ValueError(f"ModelConfig.attention must be one of {ATTENTION_KINDS}, "
                              f"got {self.attention!r}")

@@ -219,6 +219,9 @@ class StochasticPE(PositionalEncoding):
         # backend, "factorised" (sineSPE only: a FactorisedCode, never stored), or "autograd" (the
         # (qbar, kbar) tuple, plain autograd: the reference); the values are the same
         self.contraction: str | None = None
+        # dtype of a shared code stored for a pass with gradients (`spe.shared.storage_dtype`): float16,
+        # or None (the code's own)
+        self.code_dtype = torch.float16 if cfg.code_dtype == "float16" else None
         code_shape = self.spes[0].code_shape
         self.filters = nn.ModuleList([SPEFilter(gated=cfg.gated, code_shape=code_shape)
                                       for _ in range(cfg.n_layer)])
@@ -295,9 +298,13 @@ class StochasticPE(PositionalEncoding):
         spe = self.spes[index]
         if self._afresh(length):
             seed = noise.seed(index)
+            # training only: passes without gradients (evaluation, generation) keep the computed code,
+            # so that a parallel forward equals the generation steps (which read float32 blocks)
+            code_dtype = self.code_dtype if torch.is_grad_enabled() else None
             if seed is not None:
-                return spe.shared_code(noise.code_noises[index], start, length, backend, seed=seed)
-            return spe.shared_code(noise.code_noises[index], start, length, backend)
+                return spe.shared_code(noise.code_noises[index], start, length, backend, seed=seed,
+                                       code_dtype=code_dtype)
+            return spe.shared_code(noise.code_noises[index], start, length, backend, code_dtype=code_dtype)
         return SharedCode(*self._code(index, noise, start, length), backend)
 
     @staticmethod

@@ -14,7 +14,8 @@ Each position and head has its own (D, R) matrix, so this is S*H tiny products. 
 
 - "compiled": the optional C++ extension `spe_kernels` (csrc/spe_kernels, built by `make setup`),
   which reads each (D, R) block once per call for all batch rows (and the buffer once for all
-  the pairs of an accumulation); CPU, float32 / float64. The gated entry points form each effective
+  the pairs of an accumulation); CPU, float32 / float64, and codes stored in float16 (read as
+  float32: half the bytes to read; `compute_dtype`). The gated entry points form each effective
   (D, R) block in a small local buffer, never a tensor (`gated_compiled`); an older build of the
   extension without them still serves the plain contraction, the gate then costs the PyTorch terms.
 - "torch": the same with batched matrix products (any device or dtype), the reference.
@@ -39,6 +40,13 @@ except ImportError as error:  # the pure-PyTorch backend then runs everything
 Gate = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (a (H, D), c (H, D), noise (H, D, R))
 
 BACKENDS = ("compiled", "torch")
+CODE_DTYPES = (torch.float32, torch.float64, torch.float16)  # codes the compiled kernels read
+
+
+def compute_dtype(code: torch.Tensor) -> torch.dtype:
+    """The dtype a contraction with `code` computes in (and its other tensors have): the code's own,
+    or float32 for a code stored in float16 (its values exactly, half the bytes to read)."""
+    return torch.float32 if code.dtype == torch.float16 else code.dtype
 
 
 def compiled_available() -> bool:
@@ -53,14 +61,13 @@ def compiled_kernels():
 
 def backend_for(code: torch.Tensor, requested: str | None = None) -> str:
     """The backend that will contract with `code`: `requested` if given (checked), else the best."""
-    applies = _compiled is not None and code.device.type == "cpu" and code.dtype in (torch.float32,
-                                                                                   torch.float64)
+    applies = _compiled is not None and code.device.type == "cpu" and code.dtype in CODE_DTYPES
     if requested is None:
         return "compiled" if applies else "torch"
     if requested not in BACKENDS:
         raise ValueError(f"unknown contraction backend {requested!r}; choose from {BACKENDS}")
     if requested == "compiled" and not applies:
-        raise ValueError("the compiled contraction needs the spe_kernels extension and a float32/64 "
+        raise ValueError("the compiled contraction needs the spe_kernels extension and a float32/64/16 "
                          "CPU code" + ("" if _compiled is not None else " (spe_kernels is not installed)"))
     return requested
 
@@ -75,10 +82,12 @@ def contract(x: torch.Tensor, code: torch.Tensor, backend: str | None = None) ->
     """x (B, S, H, D), code (S, H, D, R) contiguous -> (B, S, H, R) (from the compiled kernel a view
     of a (B, H, S, R) tensor, the layout the attention reads)."""
     _check(x, code, code.shape[2], "x")
+    dtype = compute_dtype(code)
     if backend_for(code, backend) == "compiled":
-        return _compiled.forward(x.to(code.dtype), code)
+        return _compiled.forward(x.to(dtype), code)
     B, S, H, D = x.shape
-    rows = x.to(code.dtype).permute(1, 2, 0, 3).reshape(S * H, B, D)      # (S*H, B, D)
+    code = code.to(dtype)
+    rows = x.to(dtype).permute(1, 2, 0, 3).reshape(S * H, B, D)           # (S*H, B, D)
     out = torch.bmm(rows, code.view(S * H, D, -1))                         # (S*H, B, R)
     return out.view(S, H, B, -1).permute(2, 0, 1, 3)                       # (B, S, H, R)
 
@@ -87,9 +96,10 @@ def contract_backward(grad: torch.Tensor, code: torch.Tensor, backend: str | Non
                       ) -> torch.Tensor:
     """grad (B, S, H, R), code (S, H, D, R) contiguous -> (B, S, H, D)."""
     _check(grad, code, code.shape[3], "grad")
-    grad = grad.to(code.dtype)
+    grad = grad.to(compute_dtype(code))
     if backend_for(code, backend) == "compiled":
         return _compiled.backward(grad, code)
+    code = code.to(grad.dtype)
     B, S, H, R = grad.shape
     D = code.shape[2]
     rows = grad.permute(1, 2, 0, 3).reshape(S * H, B, R)                   # (S*H, B, R)
@@ -106,8 +116,8 @@ def accumulate(buf: torch.Tensor, xs: list[torch.Tensor], grads: list[torch.Tens
     scales = [None] * len(xs) if scales is None else list(scales)
     if len(scales) != len(xs):
         raise ValueError("accumulate needs one scale (or None) per x")
-    if not buf.is_contiguous():
-        raise ValueError("buf must be contiguous")
+    if not buf.is_contiguous() or buf.dtype == torch.float16:
+        raise ValueError("buf must be contiguous, float32 or float64")
     for x, grad in zip(xs, grads):
         _check(x, buf, buf.shape[2], "x")
         _check(grad, buf, buf.shape[3], "grad")
@@ -140,8 +150,9 @@ def gated_contract(x: torch.Tensor, code: torch.Tensor, gate: Gate | None = None
     if gate is not None:
         _check_gate(gate, code)
     if gated_compiled(code, backend):
-        a, c, noise = (None, None, None) if gate is None else _as_dtype(gate, code.dtype)
-        return _compiled.gated_forward(_as_dtype((x,), code.dtype)[0], code, a, c, noise)
+        dtype = compute_dtype(code)
+        a, c, noise = (None, None, None) if gate is None else _as_dtype(gate, dtype)
+        return _compiled.gated_forward(_as_dtype((x,), dtype)[0], code, a, c, noise)
     if gate is None:
         return contract(x, code, backend)
     a, c, noise = gate
@@ -163,14 +174,15 @@ def gated_contract_pair(queries: torch.Tensor, keys: torch.Tensor, codes: tuple[
     _check(queries, qbar, qbar.shape[2], "queries")
     if gate is not None:
         _check_gate(gate, qbar)
-    queries, keys = _as_dtype((queries, keys), qbar.dtype)
-    return compiled_step(queries, keys, codes, None if gate is None else _as_dtype(gate, qbar.dtype))
+    dtype = compute_dtype(qbar)
+    queries, keys = _as_dtype((queries, keys), dtype)
+    return compiled_step(queries, keys, codes, None if gate is None else _as_dtype(gate, dtype))
 
 
 def compiled_step(queries: torch.Tensor, keys: torch.Tensor, codes: tuple[torch.Tensor, torch.Tensor],
                   gate: Gate | None) -> tuple[torch.Tensor, torch.Tensor]:
     """`gated_contract_pair` through the compiled kernel without the Python checks, for a caller that
-    made sure once that the backend is compiled and that the gate has the codes' dtype (the model's
+    made sure once that the backend is compiled and that the gate has the codes' compute dtype (the model's
     generation steps, where the checks cost more than the kernel); the kernel still checks shapes
     and dtypes (RuntimeError)."""
     a, c, noise = (None, None, None) if gate is None else gate
@@ -183,18 +195,19 @@ def gated_contract_backward(grad: torch.Tensor, x: torch.Tensor, code: torch.Ten
                             need_x: bool = True, need_gate: bool = True, backend: str | None = None):
     """Gradients of `gated_contract` for grad (B, S, H, R): (grad_x (B, S, H, D), grad_a (H, D),
     grad_noise (H, D, R), grad_c (H, D)), None where not needed (the gate's three without a gate).
-    With buf (S, H, D, R, contiguous, the code's dtype), adds the code gradient (x a)^T grad into it."""
+    With buf (S, H, D, R, contiguous, the code's compute dtype), adds the code gradient (x a)^T grad into it."""
     _check(grad, code, code.shape[3], "grad")
     _check(x, code, code.shape[2], "x")
     if gate is not None:
         _check_gate(gate, code)
-    if buf is not None and (buf.shape != code.shape or buf.dtype != code.dtype or not buf.is_contiguous()):
-        raise ValueError(f"buf must be a contiguous {tuple(code.shape)} {code.dtype} tensor")
+    dtype = compute_dtype(code)
+    if buf is not None and (buf.shape != code.shape or buf.dtype != dtype or not buf.is_contiguous()):
+        raise ValueError(f"buf must be a contiguous {tuple(code.shape)} {dtype} tensor")
     need_gate = need_gate and gate is not None
     if gated_compiled(code, backend):
-        a, c, noise = (None, None, None) if gate is None else (t.to(code.dtype) for t in gate)
+        a, c, noise = (None, None, None) if gate is None else (t.to(dtype) for t in gate)
         grad_x, grad_a, grad_c, grad_noise = _compiled.gated_backward(
-            grad.to(code.dtype), x.to(code.dtype), code, a, c, noise, buf, need_x, need_gate)
+            grad.to(dtype), x.to(dtype), code, a, c, noise, buf, need_x, need_gate)
         if need_gate:
             grad_a, grad_c, grad_noise = (g.to(t.dtype) for g, t in zip((grad_a, grad_c, grad_noise), gate))
         return None if grad_x is None else grad_x.to(x.dtype), grad_a, grad_noise, grad_c

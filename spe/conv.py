@@ -9,7 +9,7 @@ from torch.nn import functional as F
 
 from spe.contract import backend_for, compiled_kernels
 from spe.random import draw_seed, normal
-from spe.shared import PendingGradients, SharedCode
+from spe.shared import PendingGradients, SharedCode, storage_dtype
 from spe.workspace import Workspace
 
 Size = Union[int, Sequence[int]]
@@ -96,17 +96,18 @@ class ConvSPE(nn.Module):
         return qbar.view(out_shape), kbar.view(out_shape)
 
     def shared_code(self, noise: torch.Tensor, start: Size, length: Size, backend: Optional[str] = None,
-                    seed: Optional[int] = None) -> SharedCode:
+                    seed: Optional[int] = None, code_dtype: Optional[torch.dtype] = None) -> SharedCode:
         """`codes(noise, start, length)` as a SharedCode for several filters (the layers of a model).
         1-D with the compiled kernels (backend None or "compiled"): its gradient is taken without
         code-sized buffers, the layers' (x, grad, scale) triples turned into the filters' gradients a
         few heads at a time (`_ConvFactorGradients`). With `seed`, the seed `noise` was drawn from
         (`noise_from_seed`; not checked), and positions covering the whole noise, the backward draws
-        the noise again chunk by chunk instead of keeping it through the step."""
+        the noise again chunk by chunk instead of keeping it through the step. `code_dtype` float16
+        stores float32 codes in half precision on the compiled path (`spe.shared.storage_dtype`)."""
         if self.ndim != 1 or backend not in (None, "compiled") or backend_for(noise) != "compiled" \
                 or not hasattr(compiled_kernels(), "accumulate_positions_last"):  # (or an older build)
             return SharedCode(*self.codes(noise, start, length), backend)
-        z, fft_size, size, filters, outs = self._prepare(noise, start, length)
+        z, fft_size, size, filters, outs = self._prepare(noise, start, length, storage_dtype(noise.dtype, code_dtype))
         with torch.no_grad():
             codes = _filter_noise(z, fft_size, size, outs, [f.detach() for f in filters])  # (S, H*D, R) each
         shape = (codes[0].shape[0], self.num_heads, self.in_features, codes[0].shape[-1])
@@ -114,10 +115,10 @@ class ConvSPE(nn.Module):
         gradients = _ConvFactorGradients(z, fft_size, size, self.kernel_size, shape, seed if whole else None)
         return SharedCode.from_parts(tuple(c.view(shape) for c in codes), gradients, tuple(filters))
 
-    def _prepare(self, noise: torch.Tensor, start: Size, length: Size):
+    def _prepare(self, noise: torch.Tensor, start: Size, length: Size, dtype: Optional[torch.dtype] = None):
         """(z, fft_size, size, filters, outs) of a code request: the noise window z (R, H*D,
         *(size + P - 1)), checked, its FFT size, the filters (H*D, *P) scaled, the two (S, H*D, R)
-        workspace tensors to write the codes into."""
+        workspace tensors to write the codes into (of the noise's dtype, or `dtype`)."""
         channels = self.num_heads * self.in_features
         if noise.dim() != self.ndim + 2 or noise.shape[1] != channels:
             raise ValueError(f"noise must have shape (R, {channels}, *padded size) with {self.ndim} size "
@@ -135,7 +136,7 @@ class ConvSPE(nn.Module):
         scale = (z.shape[0] * self.in_features) ** 0.25
         filters = [conv.weight[:, 0] / scale for conv in (self.conv_q, self.conv_k)]  # (H*D, *P) each
         code_shape = (math.prod(size), channels, z.shape[0])            # (S, H*D, R)
-        outs = tuple(self._workspace.empty(name, code_shape, like=z) for name in ("qbar", "kbar"))
+        outs = tuple(self._workspace.empty(name, code_shape, z, dtype) for name in ("qbar", "kbar"))
         return z, fft_size, size, filters, outs
 
     def expected_template(self, length: Size) -> torch.Tensor:

@@ -6,7 +6,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from spe.contract import (gate_backward, gated_compiled, gated_contract, gated_contract_backward,
+from spe.contract import (compute_dtype, gate_backward, gated_compiled, gated_contract, gated_contract_backward,
                           gated_contract_pair)
 from spe.factorised import FactorisedCode
 from spe.shared import SharedCode
@@ -210,7 +210,7 @@ def _mix_one_position(queries, keys, codes, positional, noise, free):
     the gate folded into one effective (H, D, R) code each for q and k, then one batched product.
 
     queries, keys (B, 1, H, D); codes: (qbar, kbar) (1, H, D, R) each -> (qhat, khat) (B, 1, H, R)."""
-    code = torch.cat(codes)                                             # (2, H, D, R)
+    code = torch.cat(codes).to(compute_dtype(codes[0]))                 # (2, H, D, R)
     if positional is not None:
         code = positional[..., None] * code + free[..., None] * noise   # (2, H, D, R)
     x = torch.cat([queries, keys], dim=1).transpose(1, 2)               # (B, H, 2, D) -> (2 via B)
@@ -250,7 +250,7 @@ class _MixSharedCode(torch.autograd.Function):
         if need_link and gated_compiled(code, backend):                 # added to in the kernel's pass
             buf = gradients.gradient_buffer(which, x.shape[1])          # once allocated (else None)
         if need_link and buf is None:
-            gradients.add(which, x, grad.to(code.dtype), scale=a)
+            gradients.add(which, x, grad.to(compute_dtype(code)), scale=a)
         grad_x, grad_a, grad_noise, grad_c = gated_contract_backward(
             grad, x, code, gate, buf, need_x, need_a or need_noise or need_c, backend)
         grad_link = grad.new_zeros(()) if need_link else None

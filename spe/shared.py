@@ -38,7 +38,7 @@ from typing import Callable
 
 import torch
 
-from spe.contract import accumulate, backend_for, compiled_kernels
+from spe.contract import accumulate, backend_for, compiled_kernels, compute_dtype
 from spe.workspace import Workspace
 
 FLUSH_ROWS = 16  # pending (x, grad) batch rows that trigger an accumulation into the buffer
@@ -72,7 +72,8 @@ class SharedCode:
     @classmethod
     def sine(cls, omega_q: torch.Tensor, omega_k: torch.Tensor, z: torch.Tensor,
              workspace: Workspace | None = None, phases: tuple[torch.Tensor, torch.Tensor, int] | None = None,
-             recompute_omegas: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None) -> SharedCode:
+             recompute_omegas: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+             code_dtype: torch.dtype | None = None) -> SharedCode:
         """The sineSPE code qbar = omega_q z, kbar = omega_k z (omegas (S, H, D, 2K), z (H, D, 2K, R),
         contiguous) shared with its gradient taken in factored form, through the compiled kernels
         (`factored_available`). The two codes are written into `workspace` tensors when given.
@@ -81,15 +82,17 @@ class SharedCode:
         f (H, D, K, float64) and query offsets theta (H, D, K) that the omegas (then constants) are the
         interleaved cos / sin of: 2 pi f (start + s) (+ theta for the queries), so that no autograd
         graph of the (S, H, D, K) phases is kept through the step. `recompute_omegas` (a function
-        returning the same omegas) has the backward compute them again instead of keeping them."""
+        returning the same omegas) has the backward compute them again instead of keeping them.
+        `code_dtype` float16 stores float32 codes in half precision (`storage_dtype`)."""
         if not factored_available(omega_q, z):
             raise ValueError("SharedCode.sine needs the compiled spe_kernels (with sine_pairs_phase_backward) and "
                              "float32/64 CPU tensors of one dtype")
         kernels = compiled_kernels()
         shape = (*omega_q.shape[:3], z.shape[-1])                        # (S, H, D, R)
+        dtype = storage_dtype(z.dtype, code_dtype)
         codes = []
         for name, omega in (("qbar", omega_q), ("kbar", omega_k)):
-            out = None if workspace is None else workspace.empty(name, shape, like=z)
+            out = torch.empty(shape, dtype=dtype) if workspace is None else workspace.empty(name, shape, z, dtype)
             codes.append(kernels.sine_code(omega.detach(), z.detach(), out))
         kept = (omega_q.detach(), omega_k.detach()) if recompute_omegas is None else recompute_omegas
         gradients = _SineFactorGradients(kept, z.detach(), None if phases is None else phases[2])
@@ -140,6 +143,16 @@ class SharedCode:
         return self.gradients.gradient_buffer(which, positions)
 
 
+def storage_dtype(dtype: torch.dtype, requested: torch.dtype | None) -> torch.dtype:
+    """The dtype a code computed in `dtype` is stored in when `requested`: float16 for a float32 code
+    (the compiled kernels read it back as float32: half the memory and half the bytes to read per
+    layer; rounding each value to 11 significant bits, a relative change of at most 2^-11 to a random
+    draw), else the code's own dtype."""
+    if requested not in (None, torch.float16, dtype):
+        raise ValueError(f"a code can be stored in float16 or its own dtype, got {requested}")
+    return torch.float16 if requested == torch.float16 and dtype == torch.float32 else dtype
+
+
 def factored_available(omega: torch.Tensor, z: torch.Tensor) -> bool:
     """Whether `SharedCode.sine` can serve these factors: the compiled kernels (a build with the
     factored gradient) and float32/64 CPU tensors of one dtype."""
@@ -153,7 +166,7 @@ class _Gradients:
     autograd graph, so that the graph and this object form no reference cycle."""
 
     def __init__(self, code: torch.Tensor, backend: str) -> None:
-        self.shape, self.dtype, self.device = code.shape, code.dtype, code.device  # of each code
+        self.shape, self.dtype, self.device = code.shape, compute_dtype(code), code.device  # of each code
         self.backend = backend
         self.buffers: list[torch.Tensor | None] = [None, None]
         self.pending: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]] = [[], []]

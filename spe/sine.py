@@ -72,13 +72,14 @@ class SineSPE(nn.Module):
         qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
         return qbar.unsqueeze(0), kbar.unsqueeze(0)                     # (1, L, H, D, R)
 
-    def shared_code(self, noise: torch.Tensor, start: int, length: int, backend: Optional[str] = None
-                    ) -> SharedCode:
+    def shared_code(self, noise: torch.Tensor, start: int, length: int, backend: Optional[str] = None,
+                    code_dtype: Optional[torch.dtype] = None) -> SharedCode:
         """`codes(noise, start, length)` as a SharedCode for several filters (the layers of a model).
         With the compiled kernels (backend None or "compiled"), its gradient is taken in factored form
         (`SharedCode.sine`: no code-sized gradient buffer, no autograd graph of the phases) and the two
         codes are written into this generator's workspace, reused from the previous call once nothing
-        else holds them."""
+        else holds them; `code_dtype` float16 then stores float32 codes in half precision
+        (`spe.shared.storage_dtype`; ignored on the other paths)."""
         self._check_request(noise, start, length)
         z = self._scaled_noise(noise)                                   # (H, D, 2K, R)
         if backend in (None, "compiled") and factored_available(self.freqs, z):
@@ -93,7 +94,8 @@ class SineSPE(nn.Module):
 
             return SharedCode.sine(*omegas(), z.contiguous(), self._workspace,
                                    phases=(self._frequencies(), self.offsets, start),
-                                   recompute_omegas=omegas if torch.is_grad_enabled() else None)
+                                   recompute_omegas=omegas if torch.is_grad_enabled() else None,
+                                   code_dtype=code_dtype)
         omega_q, omega_k, z = self._factors(noise, start, length)
         qbar, kbar = sine_code(omega_q, z), sine_code(omega_k, z)       # (L, H, D, R) each
         return SharedCode(qbar.unsqueeze(0), kbar.unsqueeze(0), backend)

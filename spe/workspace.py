@@ -23,18 +23,20 @@ class Workspace:
     def __init__(self) -> None:
         self._tensors: dict[str, torch.Tensor] = {}
 
-    def empty(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-        """An uninitialised tensor of `shape` with like's dtype and device: the one kept under `name`
-        when it matches and nothing else refers to it, else a new one (then kept instead). What is
-        handed out is an alias (its own tensor object on the kept storage), so that whoever holds it
-        counts as a reference to the storage."""
+    def empty(self, name: str, shape: tuple[int, ...], like: torch.Tensor,
+              dtype: torch.dtype | None = None) -> torch.Tensor:
+        """An uninitialised tensor of `shape` with like's device and dtype (or `dtype`): the one kept
+        under `name` when it matches and nothing else refers to it, else a new one (then kept
+        instead). What is handed out is an alias (its own tensor object on the kept storage), so that
+        whoever holds it counts as a reference to the storage."""
+        dtype = like.dtype if dtype is None else dtype
         kept = self._tensors.pop(name, None)
-        if kept is not None and tuple(kept.shape) == tuple(shape) and kept.dtype == like.dtype \
+        if kept is not None and tuple(kept.shape) == tuple(shape) and kept.dtype == dtype \
                 and kept.device == like.device and _only_reference(kept):
             self._tensors[name] = kept
             return kept.detach()
         del kept                                            # its memory can serve the new tensor
-        fresh = torch.empty(shape, dtype=like.dtype, device=like.device)
+        fresh = torch.empty(shape, dtype=dtype, device=like.device)
         self._tensors[name] = fresh
         return fresh.detach()
 

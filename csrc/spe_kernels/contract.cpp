@@ -18,6 +18,7 @@
 // stored. The loops over R are compiled for R = 64 and 32 with a fixed trip count (rows.h), at run
 // time for other R.
 #include "common.h"
+#include "half.h"
 #include "rows.h"
 
 #include <algorithm>
@@ -63,7 +64,7 @@ GateTensors check_gate(const c10::optional<at::Tensor>& a, const c10::optional<a
   gate.noise = noise->contiguous();
   check_gate_hd(gate.a, code, "a");
   check_gate_hd(gate.c, code, "c");
-  TORCH_CHECK(gate.noise.device().is_cpu() && gate.noise.scalar_type() == code.scalar_type() &&
+  TORCH_CHECK(gate.noise.device().is_cpu() && gate.noise.scalar_type() == compute_type(code) &&
               gate.noise.dim() == 3 && gate.noise.size(0) == code.size(1) &&
               gate.noise.size(1) == code.size(2) && gate.noise.size(2) == code.size(3),
               "noise must be an (H, D, R) CPU tensor of the code's dtype, got ", gate.noise.sizes());
@@ -84,6 +85,43 @@ struct GatePtrs {
   }
 };
 
+// The (s, h) blocks (D x R values) of a code, for a kernel computing in scalar_t: pointers into the code
+// when it has that dtype, or for a float16 code (scalar_t float) each block converted into the
+// caller's buffer of D R floats, read from memory in half the bytes.
+template <typename scalar_t>
+class CodeBlocks {
+ public:
+  CodeBlocks(const at::Tensor& code, int64_t block_size) : size_(block_size) {
+    if (code.scalar_type() == at::kHalf) {
+      TORCH_CHECK((std::is_same<scalar_t, float>::value), "a float16 code is read by float32 kernels only");
+      half_ = code.data_ptr<at::Half>();
+    } else {
+      full_ = code.data_ptr<scalar_t>();
+    }
+  }
+  bool converts() const { return half_ != nullptr; }
+  const at::Half* half(int64_t i) const { return half_ + i * size_; }
+  // block i, in the code or (a float16 code) in buf
+  const scalar_t* get(int64_t i, scalar_t* buf) const {
+    if (full_ != nullptr) return full_ + i * size_;
+    if constexpr (std::is_same<scalar_t, float>::value) {
+      half_to_float(buf, half_ + i * size_, size_);
+      return buf;
+    }
+    return nullptr;  // not reached: the constructor refuses a float16 code for another scalar_t
+  }
+  // where block i lies in memory, and its bytes (for prefetching)
+  const void* address(int64_t i) const {
+    return full_ != nullptr ? static_cast<const void*>(full_ + i * size_) : static_cast<const void*>(half_ + i * size_);
+  }
+  int64_t bytes() const { return size_ * int64_t(full_ != nullptr ? sizeof(scalar_t) : sizeof(at::Half)); }
+
+ private:
+  const scalar_t* full_ = nullptr;
+  const at::Half* half_ = nullptr;
+  int64_t size_;
+};
+
 at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10::optional<at::Tensor>& a,
                          const c10::optional<at::Tensor>& c, const c10::optional<at::Tensor>& noise) {
   check_code(code, "code");
@@ -92,20 +130,32 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
   const int64_t B = x.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
   // (B, S, H, R) with heads-first strides: the attention reads it as (B, H, S, R) (model/attention.py),
   // which then needs no copy
-  auto out = at::empty({B, H, S, R}, code.options()).permute({0, 2, 1, 3});
-  dispatch_rows(code, R, [&](auto zero, auto kr) {
+  auto out = at::empty({B, H, S, R}, x.options()).permute({0, 2, 1, 3});
+  dispatch_rows(x, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
     constexpr int64_t KR = decltype(kr)::value;
     const GatePtrs<scalar_t> gp(gate);
-    const scalar_t* cp = code.data_ptr<scalar_t>();
+    const CodeBlocks<scalar_t> code_blocks(code, D * R);
     scalar_t* op = out.data_ptr<scalar_t>();
     at::parallel_for(0, S * H, kGrain, [&](int64_t begin, int64_t end) {
       std::vector<scalar_t> xv(B * D), erow(R), acc(B * R);  // x rows (B, D), one effective row, out (B, R)
+      std::vector<scalar_t> cbuf(code_blocks.converts() ? D * R : 0);  // a float16 code's block, as float
       for (int64_t i = begin; i < end; ++i) {
         const int64_t s = i / H, h = i % H;
-        if (i + 1 < end) prefetch_block(cp + (i + 1) * D * R, D * R * int64_t(sizeof(scalar_t)));
+        if (i + 1 < end) prefetch_block(code_blocks.address(i + 1), code_blocks.bytes());
         gather(x, s, h, xv.data());
-        block_combinations<scalar_t, KR>(acc.data(), xv.data(), cp + i * D * R, gp.a ? gp.a + h * D : nullptr,
+#if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
+        if constexpr (std::is_same<scalar_t, float>::value && KR == 64) {
+          if (code_blocks.converts()) {
+            block_combinations_half(acc.data(), xv.data(), code_blocks.half(i), gp.a ? gp.a + h * D : nullptr,
+                                    gp.c ? gp.c + h * D : nullptr, gp.noise ? gp.noise + h * D * R : nullptr, B, D);
+            for (int64_t b = 0; b < B; ++b)
+              std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * H + h) * S + s) * R);
+            continue;
+          }
+        }
+#endif
+        block_combinations<scalar_t, KR>(acc.data(), xv.data(), code_blocks.get(i, cbuf.data()), gp.a ? gp.a + h * D : nullptr,
                                          gp.c ? gp.c + h * D : nullptr, gp.noise ? gp.noise + h * D * R : nullptr,
                                          B, D, R, erow.data());
         for (int64_t b = 0; b < B; ++b)
@@ -137,28 +187,29 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
   const bool add_buf = buf.has_value() && buf->defined();
   if (add_buf) {
     check_code(*buf, "buf");
-    TORCH_CHECK(buf->sizes() == code.sizes() && buf->scalar_type() == code.scalar_type(),
-                "buf must have the code's shape and dtype");
+    TORCH_CHECK(buf->sizes() == code.sizes() && buf->scalar_type() == compute_type(code),
+                "buf must have the code's shape and its dtype (float32 for a float16 code)");
   }
   need_gate = need_gate && gate.on;
   const int64_t B = x.size(0), S = code.size(0), H = code.size(1), D = code.size(2), R = code.size(3);
   const int64_t blocks = S * H;
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), blocks));
-  at::Tensor grad_x = need_x ? at::empty({B, S, H, D}, code.options()) : at::Tensor();
+  at::Tensor grad_x = need_x ? at::empty({B, S, H, D}, x.options()) : at::Tensor();
   // per-chunk partial sums: grad_a (chunks, H, D) and Psum (chunks, H, D, R)
-  at::Tensor part_a = need_gate ? at::zeros({chunks, H, D}, code.options()) : at::Tensor();
-  at::Tensor part_p = need_gate ? at::zeros({chunks, H, D, R}, code.options()) : at::Tensor();
+  at::Tensor part_a = need_gate ? at::zeros({chunks, H, D}, x.options()) : at::Tensor();
+  at::Tensor part_p = need_gate ? at::zeros({chunks, H, D, R}, x.options()) : at::Tensor();
   const bool need_p = need_gate || add_buf;
-  dispatch_rows(code, R, [&](auto zero, auto kr) {
+  dispatch_rows(x, R, [&](auto zero, auto kr) {
     using scalar_t = decltype(zero);
     constexpr int64_t KR = decltype(kr)::value;
-    const scalar_t* cp = code.data_ptr<scalar_t>();
+    const CodeBlocks<scalar_t> code_blocks(code, D * R);
     const GatePtrs<scalar_t> gp(gate);
     scalar_t* gxp = need_x ? grad_x.data_ptr<scalar_t>() : nullptr;
     scalar_t* bp = add_buf ? buf->data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
       std::vector<scalar_t> grows(B * R), xv(B * D);  // this block's grad rows (B, R) and x rows (B, D)
       std::vector<scalar_t> eblk(need_x && gate.on ? D * R : 0), prow(R), gx(B * D);  // effective block
+      std::vector<scalar_t> cbuf(code_blocks.converts() ? D * R : 0);  // a float16 code's block, as float
       for (int64_t k = chunk_begin; k < chunk_end; ++k) {
         scalar_t* pa = need_gate ? part_a.data_ptr<scalar_t>() + k * H * D : nullptr;
         scalar_t* pp = need_gate ? part_p.data_ptr<scalar_t>() + k * H * D * R : nullptr;
@@ -166,8 +217,9 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
           const int64_t s = i / H, h = i % H;
           gather(g, s, h, grows.data());
           if (need_p) gather(x, s, h, xv.data());
+          const scalar_t* block = code_blocks.get(i, cbuf.data());
           if (need_x) {
-            const scalar_t* e = cp + i * D * R;  // the block, or the effective block formed here
+            const scalar_t* e = block;  // the block, or the effective block formed here
             if (gate.on) {
               for (int64_t d = 0; d < D; ++d)
                 effective_row<scalar_t, KR>(eblk.data() + d * R, e + d * R, gp.a[h * D + d], gp.c[h * D + d],
@@ -177,7 +229,7 @@ std::vector<at::Tensor> gated_backward(const at::Tensor& g, const at::Tensor& x,
             block_products<scalar_t, KR>(gx.data(), e, grows.data(), B, D, R);
           }
           if (need_p)
-            gate_rows<scalar_t, KR>(xv.data(), grows.data(), B, cp + i * D * R,
+            gate_rows<scalar_t, KR>(xv.data(), grows.data(), B, block,
                                     need_gate ? pp + h * D * R : nullptr, need_gate ? pa + h * D : nullptr,
                                     add_buf ? bp + i * D * R : nullptr, gate.on ? gp.a + h * D : nullptr, D, R,
                                     prow.data());
@@ -203,7 +255,8 @@ at::Tensor contract_backward(const at::Tensor& g, const at::Tensor& code) {
   check_code(code, "code");
   check_rows(g, code, code.size(3), "grad");
   // x only gives the batch size here: without a gate or buf it is never read
-  const at::Tensor x = at::empty({g.size(0), code.size(0), code.size(1), code.size(2)}, code.options());
+  const at::Tensor x = at::empty({g.size(0), code.size(0), code.size(1), code.size(2)},
+                                 code.options().dtype(compute_type(code)));
   return gated_backward(g, x, code, c10::nullopt, c10::nullopt, c10::nullopt, c10::nullopt, true, false)[0];
 }
 

@@ -3,9 +3,11 @@
 // tensor walks one side with a stride of C*S elements; here each (A, B) plane is copied in square
 // tiles that stay in L1. The code gradient of a few heads is formed directly positions-last.
 #include "common.h"
+#include "half.h"
 #include "rows.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace spe_detail {
@@ -15,22 +17,15 @@ constexpr int64_t kTile = 32;
 namespace {
 
 // out[b, a] = x[a, b] for a0 <= a < a1, b0 <= b < b1 (one channel c of swap_outer's tensors), one
-// value at a time.
-template <typename scalar_t>
-inline void swap_values(scalar_t* __restrict__ op, const scalar_t* xp, int64_t sa, int64_t sb, int64_t ob,
+// value at a time (converted when out_t is another type: a float code stored as float16).
+template <typename in_t, typename out_t>
+inline void swap_values(out_t* __restrict__ op, const in_t* xp, int64_t sa, int64_t sb, int64_t ob,
                         int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
   for (int64_t b = b0; b < b1; ++b) {
-    const scalar_t* src = xp + b * sb;
-    scalar_t* __restrict__ dst = op + b * ob;
-    for (int64_t a = a0; a < a1; ++a) dst[a] = src[a * sa];
+    const in_t* src = xp + b * sb;
+    out_t* __restrict__ dst = op + b * ob;
+    for (int64_t a = a0; a < a1; ++a) dst[a] = static_cast<out_t>(src[a * sa]);
   }
-}
-
-// `swap_values`, or for float a faster path where it applies.
-template <typename scalar_t>
-inline void swap_tile(scalar_t* __restrict__ op, const scalar_t* xp, int64_t sa, int64_t sb, int64_t ob,
-                      int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
-  swap_values(op, xp, sa, sb, ob, a0, a1, b0, b1);
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
@@ -52,28 +47,33 @@ inline void transpose16(Lanes16 (&v)[16]) {
   }
 }
 
-// The same for float with unit stride along b: each 16 x 16 block loaded as 16 rows of x, transposed
-// in registers and stored as 16 rows of out (the tile's edges one value at a time).
-template <>
-inline void swap_tile<float>(float* __restrict__ op, const float* xp, int64_t sa, int64_t sb, int64_t ob,
-                             int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
-  if (sb != 1) {
-    swap_values(op, xp, sa, sb, ob, a0, a1, b0, b1);
-    return;
-  }
-  const int64_t a16 = a0 + (a1 - a0) / 16 * 16, b16 = b0 + (b1 - b0) / 16 * 16;
-  for (int64_t b = b0; b < b16; b += 16)
-    for (int64_t a = a0; a < a16; a += 16) {
-      Lanes16 v[16];
-      for (int i = 0; i < 16; ++i) v[i] = load16(xp + (a + i) * sa + b);
-      transpose16(v);
-      for (int j = 0; j < 16; ++j) stream16(op + (b + j) * ob + a, v[j]);  // out is read in a later pass
-    }
-  // the edges, one value at a time: columns a16 .. a1 of the whole rows, then the rows past b16
-  swap_values(op, xp, sa, sb, ob, a16, a1, b0, b16);
-  swap_values(op, xp, sa, sb, ob, a0, a1, b16, b1);
-}
 #endif
+
+// `swap_values`; for float input with unit stride along b, each 16 x 16 block loaded as 16 rows of x,
+// transposed in registers and stored as 16 rows of out (the tile's edges one value at a time).
+template <typename in_t, typename out_t>
+inline void swap_tile(out_t* __restrict__ op, const in_t* xp, int64_t sa, int64_t sb, int64_t ob,
+                      int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+#if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
+  if constexpr (std::is_same<in_t, float>::value) {
+    if (sb == 1) {
+      const int64_t a16 = a0 + (a1 - a0) / 16 * 16, b16 = b0 + (b1 - b0) / 16 * 16;
+      for (int64_t b = b0; b < b16; b += 16)
+        for (int64_t a = a0; a < a16; a += 16) {
+          Lanes16 v[16];
+          for (int i = 0; i < 16; ++i) v[i] = load16(xp + (a + i) * sa + b);
+          transpose16(v);
+          for (int j = 0; j < 16; ++j) store_row16(op + (b + j) * ob + a, v[j]);  // read in a later pass
+        }
+      // the edges, one value at a time: columns a16 .. a1 of the whole rows, then the rows past b16
+      swap_values(op, xp, sa, sb, ob, a16, a1, b0, b16);
+      swap_values(op, xp, sa, sb, ob, a0, a1, b16, b1);
+      return;
+    }
+  }
+#endif
+  swap_values(op, xp, sa, sb, ob, a0, a1, b0, b1);
+}
 
 }  // namespace
 
@@ -86,29 +86,35 @@ at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out_arg) {
   at::Tensor out;
   if (out_arg.has_value()) {
     out = *out_arg;
-    TORCH_CHECK(out.device().is_cpu() && out.scalar_type() == x.scalar_type() && out.dim() == 3 &&
+    const bool half = out.scalar_type() == at::kHalf && x.scalar_type() == at::kFloat;
+    TORCH_CHECK(out.device().is_cpu() && (out.scalar_type() == x.scalar_type() || half) && out.dim() == 3 &&
                 out.size(0) == B && out.size(1) == C && out.size(2) == A && out.stride(2) == 1,
-                "out must be a (B, C, A) CPU tensor of x's dtype with a contiguous last dimension, got ",
-                out.sizes());
+                "out must be a (B, C, A) CPU tensor of x's dtype (or float16 for float32 x) with a contiguous "
+                "last dimension, got ", out.scalar_type(), " ", out.sizes());
   } else {
     out = at::empty({B, C, A}, x.options());
   }
   const int64_t ob = out.stride(0), oc = out.stride(1);
   const int64_t a_tiles = (A + kTile - 1) / kTile, b_tiles = (B + kTile - 1) / kTile;
-  dispatch(x, [&](auto zero) {
-    using scalar_t = decltype(zero);
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
+  auto copy = [&](auto* op, const auto* xp) {
     at::parallel_for(0, C * b_tiles, 1, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {  // task = (c, tile of b)
         const int64_t c = task / b_tiles, b0 = (task % b_tiles) * kTile, b1 = std::min(b0 + kTile, B);
         for (int64_t t = 0; t < a_tiles; ++t) {
           const int64_t a0 = t * kTile, a1 = std::min(a0 + kTile, A);
-          swap_tile<scalar_t>(op + c * oc, xp + c * sc, sa, sb, ob, a0, a1, b0, b1);
+          swap_tile(op + c * oc, xp + c * sc, sa, sb, ob, a0, a1, b0, b1);
         }
       }
       stream_fence();
     });
+  };
+  if (out.scalar_type() == at::kHalf) {  // a float32 x (checked)
+    copy(out.data_ptr<at::Half>(), x.data_ptr<float>());
+    return out;
+  }
+  dispatch(x, [&](auto zero) {
+    using scalar_t = decltype(zero);
+    copy(out.data_ptr<scalar_t>(), x.data_ptr<scalar_t>());
   });
   return out;
 }

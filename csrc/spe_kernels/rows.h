@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.h"
+#include "half.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -87,6 +88,17 @@ inline void write_combination(scalar_t* __restrict__ out, const scalar_t* v, con
                               int64_t n, int64_t R) {
   std::fill(out, out + fixed<KR>(R), scalar_t(0));
   add_combination<scalar_t, KR>(out, v, 1, rows, n, R);
+}
+
+// write_combination with the row stored as float16 (a float32 code kept in half precision), formed
+// in `row` (R floats) first; for rows of 64 in registers, with write_combination's arithmetic (the
+// stored values are those of the float code, rounded).
+template <int64_t KR>
+inline void write_combination_half(at::Half* out, const float* v, const float* __restrict__ rows, int64_t n,
+                                   int64_t R, float* __restrict__ row) {
+  std::fill(row, row + fixed<KR>(R), 0.0f);
+  add_combination<float, KR>(row, v, 1, rows, n, R);
+  float_to_half(out, row, fixed<KR>(R), true);
 }
 
 // out[d * ostride + r] = sum_k xv[k, d] rows[k, r] for d < D: the D rows of x^T g for one block, xv (n, D)
@@ -222,6 +234,17 @@ inline Lanes16 load16(const float* p) {
   return v;
 }
 
+// 16 float16 values as floats.
+inline Lanes16 load16(const at::Half* p) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<Lanes16>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+#else
+  float values[16];
+  half_to_float(values, p, 16);
+  return load16(values);
+#endif
+}
+
 // *p = v (16 floats), stored past the caches (a non-temporal store) where the CPU has AVX-512 and p is
 // 64-byte aligned, else plainly. For outputs of 100+ MiB written once and read in a later pass (a
 // code): a plain store first reads each line in and later writes it back when it is evicted, dirty.
@@ -280,13 +303,34 @@ inline void load64(Lanes16 (&g)[4], const float* p) {
   for (int q = 0; q < 4; ++q) g[q] = load16(p + 16 * q);
 }
 
+// 16 values of a row that a later pass reads, stored past the caches: as float, or as float16.
+inline void store_row16(float* p, Lanes16 v) { stream16(p, v); }
+inline void store_row16(at::Half* p, Lanes16 v) {
+  float values[16];
+  __builtin_memcpy(values, &v, sizeof(v));
+  float_to_half(p, values, 16, true);
+}
+
+// acc = sum_k v[k] rows[k] for rows of 64 (four vectors).
+inline void combination64(Lanes16 (&acc)[4], const float* v, const float* __restrict__ rows, int64_t n) {
+  for (int64_t k = 0; k < n; ++k)
+    for (int q = 0; q < 4; ++q) acc[q] += v[k] * load16(rows + k * 64 + 16 * q);
+}
+
 template <>
 inline void write_combination<float, 64>(float* __restrict__ out, const float* v, const float* __restrict__ rows,
                                          int64_t n, int64_t R) {
   Lanes16 acc[4] = {};
-  for (int64_t k = 0; k < n; ++k)
-    for (int q = 0; q < 4; ++q) acc[q] += v[k] * load16(rows + k * 64 + 16 * q);
-  for (int q = 0; q < 4; ++q) stream16(out + 16 * q, acc[q]);
+  combination64(acc, v, rows, n);
+  for (int q = 0; q < 4; ++q) store_row16(out + 16 * q, acc[q]);
+}
+
+template <>
+inline void write_combination_half<64>(at::Half* out, const float* v, const float* __restrict__ rows, int64_t n,
+                                       int64_t R, float* __restrict__ row) {
+  Lanes16 acc[4] = {};
+  combination64(acc, v, rows, n);
+  for (int q = 0; q < 4; ++q) store_row16(out + 16 * q, acc[q]);
 }
 
 // The same for float rows of 64 with D a multiple of 4: four output rows at a time in 16 vector
@@ -343,8 +387,8 @@ inline void row_dots<float, 64>(float* out, const float* __restrict__ e, const f
 
 // Rows k0 .. k0+K-1 of block_combinations<float, 64>, held in 4K vector registers through the loop
 // over d, each effective row formed in registers.
-template <int K>
-inline void combination_tile(float* __restrict__ acc, const float* xv, const float* code, const float* a,
+template <int K, typename code_t>
+inline void combination_tile(float* __restrict__ acc, const float* xv, const code_t* code, const float* a,
                              const float* c, const float* noise, int64_t k0, int64_t D) {
   Lanes16 sum[K][4] = {};
   for (int64_t d = 0; d < D; ++d) {
@@ -370,6 +414,18 @@ template <>
 inline void block_combinations<float, 64>(float* __restrict__ acc, const float* xv, const float* code,
                                           const float* a, const float* c, const float* noise, int64_t n,
                                           int64_t D, int64_t R, float* __restrict__ row) {
+  int64_t k0 = 0;
+  for (; k0 + 4 <= n; k0 += 4) combination_tile<4>(acc, xv, code, a, c, noise, k0, D);
+  if (k0 + 2 <= n) {
+    combination_tile<2>(acc, xv, code, a, c, noise, k0, D);
+    k0 += 2;
+  }
+  if (k0 < n) combination_tile<1>(acc, xv, code, a, c, noise, k0, D);
+}
+
+// The same for a float16 code, each row converted in registers.
+inline void block_combinations_half(float* __restrict__ acc, const float* xv, const at::Half* code,
+                                    const float* a, const float* c, const float* noise, int64_t n, int64_t D) {
   int64_t k0 = 0;
   for (; k0 + 4 <= n; k0 += 4) combination_tile<4>(acc, xv, code, a, c, noise, k0, D);
   if (k0 + 2 <= n) {

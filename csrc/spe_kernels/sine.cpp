@@ -1,5 +1,6 @@
 // CPU kernels of the sineSPE code (spe/sine.py is the reference); bound in contract.cpp.
 #include "common.h"
+#include "half.h"
 #include "rows.h"
 #include "trig.h"
 
@@ -68,17 +69,19 @@ std::vector<at::Tensor> sine_omegas(const at::Tensor& freqs, const at::Tensor& o
 
 // sineSPE code: code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r], written straight into
 // the (S, H, D, R) layout the contraction reads (no (H, D, S, R) intermediate and no permuted copy),
-// a new tensor or `out` (contiguous, reused from an earlier call: no fresh pages to fault in).
+// a new tensor or `out` (contiguous, reused from an earlier call: no fresh pages to fault in; float16
+// for float32 factors: the code stored in half precision, rounded as torch rounds).
 at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z, c10::optional<at::Tensor> out_arg) {
   check_factors(omega, z);
   const int64_t S = omega.size(0), H = omega.size(1), D = omega.size(2), J = omega.size(3), R = z.size(3);
   at::Tensor out;
   if (out_arg.has_value() && out_arg->defined()) {
     out = *out_arg;
-    TORCH_CHECK(out.device().is_cpu() && out.scalar_type() == omega.scalar_type() && out.is_contiguous() &&
+    const bool half = out.scalar_type() == at::kHalf && omega.scalar_type() == at::kFloat;
+    TORCH_CHECK(out.device().is_cpu() && (out.scalar_type() == omega.scalar_type() || half) && out.is_contiguous() &&
                 out.dim() == 4 && out.size(0) == S && out.size(1) == H && out.size(2) == D && out.size(3) == R,
-                "out must be a contiguous (", S, ", ", H, ", ", D, ", ", R, ") tensor of omega's dtype, got ",
-                out.sizes());
+                "out must be a contiguous (", S, ", ", H, ", ", D, ", ", R, ") tensor of omega's dtype (or float16 "
+                "for float32 omegas), got ", out.scalar_type(), " ", out.sizes());
   } else {
     out = at::empty({S, H, D, R}, omega.options());
   }
@@ -87,6 +90,18 @@ at::Tensor sine_code(const at::Tensor& omega, const at::Tensor& z, c10::optional
     constexpr int64_t KR = decltype(kr)::value;
     const scalar_t* op = omega.data_ptr<scalar_t>();
     const scalar_t* zp = z.data_ptr<scalar_t>();
+    if (out.scalar_type() == at::kHalf) {  // float32 omegas (checked): each row formed in float, stored half
+      if constexpr (std::is_same<scalar_t, float>::value) {
+        at::Half* hp = out.data_ptr<at::Half>();
+        at::parallel_for(0, S * H * D, 256, [&](int64_t begin, int64_t end) {
+          std::vector<float> row(R);
+          for (int64_t i = begin; i < end; ++i)
+            write_combination_half<KR>(hp + i * R, op + i * J, zp + (i % (H * D)) * J * R, J, R, row.data());
+          stream_fence();
+        });
+      }
+      return;
+    }
     scalar_t* cp = out.data_ptr<scalar_t>();
     at::parallel_for(0, S * H * D, 256, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)  // i = (s, h, d); (h, d) = i % (H D)

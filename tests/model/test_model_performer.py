@@ -190,6 +190,7 @@ def test_parameter_count_of_the_paper_model():
     ({"vocab_size": True}, "vocab_size"),
     ({"pe": "rope", "d_model": 6, "n_head": 2}, "even head size"),
     ({"gated": 1}, "gated"),
+    ({"code_dtype": "bfloat16"}, "code_dtype must be one of"),
 ])
 def test_config_errors(make_config, changes, match):
     with pytest.raises(ValueError, match=match):

@@ -174,3 +174,21 @@ def test_conv_noise_from_its_seed_gives_the_same_training_step(make_model, token
     assert noise.seed(0) is None
     assert model.draw_positional_noise(5).seed(0) != model.draw_positional_noise(5).seed(0)
     assert make_model("sine_spe").draw_positional_noise(5).seed(0) is None
+
+
+@pytest.mark.skipif(not compiled_available(), reason="float16 codes need the compiled spe_kernels")
+@pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
+def test_float16_code_storage_changes_a_training_step_by_its_rounding_only(make_model, tokens, pe):
+    """code_dtype float16 (the default) against float32: the stored code is half precision, the logits
+    and every gradient of a step equal float32 storage's to the rounding's size."""
+    results = {}
+    for code_dtype in ("float16", "float32"):
+        model = make_model(pe, code_dtype=code_dtype, num_realizations=64)  # R 64: the vector paths
+        noise = model.draw_positional_noise(tokens.shape[1], torch.Generator().manual_seed(3))
+        context = model.pe.context(noise, 0, tokens.shape[1], batch=tokens.shape[0])
+        assert context.codes[0].codes[0].dtype == getattr(torch, code_dtype)
+        logits = model(tokens, positional_noise=noise)[0]
+        (logits.square().mean() + logits[:, -1].sum()).backward()
+        results[code_dtype] = [logits.detach()] + [p.grad for p in model.parameters()]
+    for got, want in zip(results["float16"], results["float32"]):
+        assert (got - want).abs().max() <= 3e-3 * want.abs().max() + 1e-6

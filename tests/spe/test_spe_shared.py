@@ -40,12 +40,13 @@ def test_contraction_matches_einsum(backend, batch):
 def test_backend_choice_and_errors():
     code = torch.randn(N, H, D, R)
     assert backend_for(code) == ("compiled" if compiled_available() else "torch")
-    assert backend_for(code.half()) == "torch"
+    assert backend_for(code.bfloat16()) == "torch"
+    assert backend_for(code.half()) == ("compiled" if compiled_available() else "torch")  # read as float32
     assert backend_for(code, "torch") == "torch"
     with pytest.raises(ValueError, match="unknown contraction backend"):
         backend_for(code, "cuda")
     with pytest.raises(ValueError, match="compiled contraction"):
-        backend_for(code.half(), "compiled")
+        backend_for(code.bfloat16(), "compiled")
     with pytest.raises(ValueError, match="must be"):
         contract(torch.randn(2, N, H, D + 1), code)
     with pytest.raises(ValueError, match="contiguous"):
