@@ -31,6 +31,7 @@ import torch
 from bench.timing import (CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, time_training, training_step,
                           use_allocator)
 from model import ModelConfig, MusicPerformer
+from model.config import CODE_DTYPES
 
 VARIANTS = ("ape", "sine_spe", "conv_spe")
 
@@ -48,7 +49,8 @@ def build(spec: dict, pe: str, contraction: str | None) -> tuple[MusicPerformer,
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=VOCAB, n_layer=spec["layers"], n_head=8, d_model=spec["d_model"],
                       d_ff=4 * spec["d_model"], pe=pe, gated=True, share_pe=True,
-                      attention=spec["attention"], max_len=spec["length"])
+                      attention=spec["attention"], max_len=spec["length"],
+                      code_dtype=spec.get("code_dtype", "float16"))
     model = MusicPerformer(cfg).train()
     if cfg.is_spe:
         model.pe.contraction = contraction
@@ -110,6 +112,8 @@ def main() -> None:
                              "per-layer tuple path, for before/after comparisons; factorised: sine only)")
     parser.add_argument("--lockstep", type=int, default=0, metavar="STEPS",
                         help="time only: step every variant in turn in one process, STEPS rounds")
+    parser.add_argument("--code-dtype", choices=CODE_DTYPES, default="float16",
+                        help="ModelConfig.code_dtype: the precision SPE's shared code is stored in")
     add_allocator_option(parser)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -121,10 +125,10 @@ def main() -> None:
     if args.lockstep > 0:
         spec = {"lockstep": args.lockstep, "variants": variants, "layers": args.layers, "d_model": args.d_model,
                 "length": args.length, "batch": args.batch, "attention": args.attention,
-                "contraction": args.contraction, "allocator": args.allocator}
+                "contraction": args.contraction, "allocator": args.allocator, "code_dtype": args.code_dtype}
         print(f"{args.layers} layers, d_model {args.d_model}, N {args.length}, batch {args.batch}, "
-              f"attention {args.attention}, allocator {args.allocator}, {torch.get_num_threads()} threads, "
-              f"one process, {args.lockstep} lockstep rounds")
+              f"attention {args.attention}, allocator {args.allocator}, code {args.code_dtype}, "
+              f"{torch.get_num_threads()} threads, one process, {args.lockstep} lockstep rounds")
         print_lockstep(run_isolated(__spec__.name, spec), variants)
         return
     runs: dict[str, list[dict]] = {v: [] for v in variants}
@@ -133,12 +137,14 @@ def main() -> None:
             pe, _, contraction = variant.partition("@")
             spec = {"pe": pe, "layers": args.layers, "d_model": args.d_model, "length": args.length,
                     "batch": args.batch, "steps": args.steps, "attention": args.attention,
-                    "contraction": contraction or args.contraction, "allocator": args.allocator}
+                    "contraction": contraction or args.contraction, "allocator": args.allocator,
+                    "code_dtype": args.code_dtype}
             runs[variant].append(run_isolated(__spec__.name, spec))
     medians = {pe: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                for pe, rs in runs.items()}
     print(f"{args.layers} layers, d_model {args.d_model}, N {args.length}, batch {args.batch}, "
           f"attention {args.attention}, contraction {args.contraction or 'auto'}, allocator {args.allocator}, "
+          f"code {args.code_dtype}, "
           f"{torch.get_num_threads()} threads, "
           f"medians of {args.repeats} processes x {args.steps} steps")
     for pe, m in medians.items():

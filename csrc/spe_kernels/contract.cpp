@@ -16,7 +16,9 @@
 // for every batch row while it sits in cache, which is what torch.bmm cannot do well for the tiny
 // per-position (B x D) @ (D x R) products; the effective block is formed one row at a time, never
 // stored. The loops over R are compiled for R = 64 and 32 with a fixed trip count (rows.h), at run
-// time for other R.
+// time for other R. A float16 code (a float32 code stored in half precision: spe.shared.storage_dtype)
+// is read as float32 values, converted in registers (the forward's vector path) or a block at a time
+// into a small buffer (everywhere else); x, g, the gate and the outputs are then float32.
 #include "common.h"
 #include "half.h"
 #include "rows.h"
