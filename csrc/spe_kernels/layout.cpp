@@ -50,23 +50,31 @@ inline void transpose16(Lanes16 (&v)[16]) {
 #endif
 
 // `swap_values`; for float input with unit stride along b, each 16 x 16 block loaded as 16 rows of x,
-// transposed in registers and stored as 16 rows of out (the tile's edges one value at a time).
+// transposed in registers and stored as 16 rows of out (the tile's edges one value at a time). The
+// stores go past the caches, a whole 64-byte line at a time: a float16 out takes two blocks along a
+// (32 values) per line, both stored before the next row (a line written in two halves far apart
+// costs the write-combining buffer a partial flush: the small config's codes took 5x longer).
 template <typename in_t, typename out_t>
 inline void swap_tile(out_t* __restrict__ op, const in_t* xp, int64_t sa, int64_t sb, int64_t ob,
                       int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
 #if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
   if constexpr (std::is_same<in_t, float>::value) {
     if (sb == 1) {
-      const int64_t a16 = a0 + (a1 - a0) / 16 * 16, b16 = b0 + (b1 - b0) / 16 * 16;
+      constexpr int kBlocks = 64 / (16 * sizeof(out_t));  // 16 x 16 blocks along a per line of out
+      constexpr int64_t kA = 16 * kBlocks;
+      const int64_t an = a0 + (a1 - a0) / kA * kA, b16 = b0 + (b1 - b0) / 16 * 16;
       for (int64_t b = b0; b < b16; b += 16)
-        for (int64_t a = a0; a < a16; a += 16) {
-          Lanes16 v[16];
-          for (int i = 0; i < 16; ++i) v[i] = load16(xp + (a + i) * sa + b);
-          transpose16(v);
-          for (int j = 0; j < 16; ++j) store_row16(op + (b + j) * ob + a, v[j]);  // read in a later pass
+        for (int64_t a = a0; a < an; a += kA) {
+          Lanes16 v[kBlocks][16];
+          for (int k = 0; k < kBlocks; ++k) {
+            for (int i = 0; i < 16; ++i) v[k][i] = load16(xp + (a + 16 * k + i) * sa + b);
+            transpose16(v[k]);
+          }
+          for (int j = 0; j < 16; ++j)  // read in a later pass
+            for (int k = 0; k < kBlocks; ++k) store_row16(op + (b + j) * ob + a + 16 * k, v[k][j]);
         }
-      // the edges, one value at a time: columns a16 .. a1 of the whole rows, then the rows past b16
-      swap_values(op, xp, sa, sb, ob, a16, a1, b0, b16);
+      // the edges, one value at a time: columns an .. a1 of the whole rows, then the rows past b16
+      swap_values(op, xp, sa, sb, ob, an, a1, b0, b16);
       swap_values(op, xp, sa, sb, ob, a0, a1, b16, b1);
       return;
     }
