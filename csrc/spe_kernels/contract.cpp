@@ -69,7 +69,8 @@ GateTensors check_gate(const c10::optional<at::Tensor>& a, const c10::optional<a
   TORCH_CHECK(gate.noise.device().is_cpu() && gate.noise.scalar_type() == compute_type(code) &&
               gate.noise.dim() == 3 && gate.noise.size(0) == code.size(1) &&
               gate.noise.size(1) == code.size(2) && gate.noise.size(2) == code.size(3),
-              "noise must be an (H, D, R) CPU tensor of the code's dtype, got ", gate.noise.sizes());
+              "noise must be an (H, D, R) CPU tensor of the code's dtype (float32 for a float16 code), got ",
+              gate.noise.sizes());
   return gate;
 }
 
@@ -146,20 +147,21 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
         const int64_t s = i / H, h = i % H;
         if (i + 1 < end) prefetch_block(code_blocks.address(i + 1), code_blocks.bytes());
         gather(x, s, h, xv.data());
+        const scalar_t* ga = gp.a ? gp.a + h * D : nullptr;
+        const scalar_t* gc = gp.c ? gp.c + h * D : nullptr;
+        const scalar_t* gn = gp.noise ? gp.noise + h * D * R : nullptr;
+        bool formed = false;  // by the float16 path, which converts each code row in registers
 #if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
         if constexpr (std::is_same<scalar_t, float>::value && KR == 64) {
           if (code_blocks.converts()) {
-            block_combinations_half(acc.data(), xv.data(), code_blocks.half(i), gp.a ? gp.a + h * D : nullptr,
-                                    gp.c ? gp.c + h * D : nullptr, gp.noise ? gp.noise + h * D * R : nullptr, B, D);
-            for (int64_t b = 0; b < B; ++b)
-              std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * H + h) * S + s) * R);
-            continue;
+            block_combinations_half(acc.data(), xv.data(), code_blocks.half(i), ga, gc, gn, B, D);
+            formed = true;
           }
         }
 #endif
-        block_combinations<scalar_t, KR>(acc.data(), xv.data(), code_blocks.get(i, cbuf.data()), gp.a ? gp.a + h * D : nullptr,
-                                         gp.c ? gp.c + h * D : nullptr, gp.noise ? gp.noise + h * D * R : nullptr,
-                                         B, D, R, erow.data());
+        if (!formed)
+          block_combinations<scalar_t, KR>(acc.data(), xv.data(), code_blocks.get(i, cbuf.data()), ga, gc, gn, B, D,
+                                           R, erow.data());
         for (int64_t b = 0; b < B; ++b)
           std::copy(acc.data() + b * R, acc.data() + (b + 1) * R, op + ((b * H + h) * S + s) * R);
       }
