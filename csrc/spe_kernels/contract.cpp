@@ -154,7 +154,7 @@ at::Tensor gated_forward(const at::Tensor& x, const at::Tensor& code, const c10:
 #if defined(__GNUC__) && !defined(__clang__) && !defined(SPE_NO_VECTOR_PATHS)
         if constexpr (std::is_same<scalar_t, float>::value && KR == 64) {
           if (code_blocks.converts()) {
-            block_combinations_half(acc.data(), xv.data(), code_blocks.half(i), ga, gc, gn, B, D);
+            combination_tiles(acc.data(), xv.data(), code_blocks.half(i), ga, gc, gn, B, D);
             formed = true;
           }
         }

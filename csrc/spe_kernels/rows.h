@@ -409,11 +409,11 @@ inline void combination_tile(float* __restrict__ acc, const float* xv, const cod
     for (int q = 0; q < 4; ++q) __builtin_memcpy(acc + (k0 + k) * 64 + 16 * q, &sum[k][q], sizeof(Lanes16));
 }
 
-// The same for float rows of 64: tiles of 4 rows of acc (then 2, then 1 for the rest).
-template <>
-inline void block_combinations<float, 64>(float* __restrict__ acc, const float* xv, const float* code,
-                                          const float* a, const float* c, const float* noise, int64_t n,
-                                          int64_t D, int64_t R, float* __restrict__ row) {
+// block_combinations for float rows of 64 and a code of float or float16 (each row converted in
+// registers): tiles of 4 rows of acc (then 2, then 1 for the rest).
+template <typename code_t>
+inline void combination_tiles(float* __restrict__ acc, const float* xv, const code_t* code, const float* a,
+                              const float* c, const float* noise, int64_t n, int64_t D) {
   int64_t k0 = 0;
   for (; k0 + 4 <= n; k0 += 4) combination_tile<4>(acc, xv, code, a, c, noise, k0, D);
   if (k0 + 2 <= n) {
@@ -423,16 +423,11 @@ inline void block_combinations<float, 64>(float* __restrict__ acc, const float* 
   if (k0 < n) combination_tile<1>(acc, xv, code, a, c, noise, k0, D);
 }
 
-// The same for a float16 code, each row converted in registers.
-inline void block_combinations_half(float* __restrict__ acc, const float* xv, const at::Half* code,
-                                    const float* a, const float* c, const float* noise, int64_t n, int64_t D) {
-  int64_t k0 = 0;
-  for (; k0 + 4 <= n; k0 += 4) combination_tile<4>(acc, xv, code, a, c, noise, k0, D);
-  if (k0 + 2 <= n) {
-    combination_tile<2>(acc, xv, code, a, c, noise, k0, D);
-    k0 += 2;
-  }
-  if (k0 < n) combination_tile<1>(acc, xv, code, a, c, noise, k0, D);
+template <>
+inline void block_combinations<float, 64>(float* __restrict__ acc, const float* xv, const float* code,
+                                          const float* a, const float* c, const float* noise, int64_t n,
+                                          int64_t D, int64_t R, float* __restrict__ row) {
+  combination_tiles(acc, xv, code, a, c, noise, n, D);
 }
 
 // The same for float rows of 64: each P row in registers, the code . P products of 16 rows summed
