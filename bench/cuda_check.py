@@ -28,9 +28,11 @@ TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "bf16": 5e-2, "step": 1e-4}  # r
 
 def small_model(pe: str, length: int) -> MusicPerformer:
     torch.manual_seed(0)
+    # code_dtype float32: the code as computed (float16 storage is a rounding chosen for CPU training,
+    # tested in tests/spe/test_spe_half_codes.py, not a device's numerics)
     cfg = ModelConfig(vocab_size=300, n_layer=2, n_head=4, d_model=64, d_ff=128, dropout=0.0, pe=pe,
                       num_realizations=16, num_sines=5, kernel_size=33, feature_dims=32, attention="torch",
-                      max_len=length)
+                      max_len=length, code_dtype="float32")
     return MusicPerformer(cfg).double().train()
 
 

@@ -12,6 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 import apps.train as train
+from model import ModelConfig
 from training.checkpoint import list_checkpoints, load_checkpoint, read_meta
 from training.checkpoint import PRETRAINED, shipped_default
 
@@ -66,7 +67,10 @@ def test_finetune_two_steps_from_the_shipped_model(midi_dir, tmp_path, monkeypat
     meta = read_meta(checkpoints[-1])
     source = read_meta(PRETRAINED)
     model_section = dict(source["config"]["model"], dropout=0.1)  # the source's, one shape-free change
-    assert meta["config"]["model"] == model_section
+    resolved = meta["config"]["model"]
+    assert {key: resolved[key] for key in model_section} == model_section
+    # fields ModelConfig gained after the model shipped take their defaults
+    assert all(resolved[key] == ModelConfig.__dataclass_fields__[key].default for key in set(resolved) - set(model_section))
     assert meta["config"]["data"]["source"] == str(midi_dir)
     # the source's tokenizer: same kind and vocabulary; its settings kept (newer settings at defaults)
     assert {k: v for k, v in meta["tokenizer"].items() if k != "config"} == \
