@@ -92,7 +92,8 @@ class SharedCode:
         dtype = storage_dtype(z.dtype, code_dtype)
         codes = []
         for name, omega in (("qbar", omega_q), ("kbar", omega_k)):
-            out = torch.empty(shape, dtype=dtype) if workspace is None else workspace.empty(name, shape, z, dtype)
+            out = torch.empty(shape, dtype=dtype, device=z.device) if workspace is None else \
+                workspace.empty(name, shape, z, dtype)
             codes.append(kernels.sine_code(omega.detach(), z.detach(), out))
         kept = (omega_q.detach(), omega_k.detach()) if recompute_omegas is None else recompute_omegas
         gradients = _SineFactorGradients(kept, z.detach(), None if phases is None else phases[2])

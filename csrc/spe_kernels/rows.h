@@ -96,20 +96,26 @@ inline void write_combination(scalar_t* __restrict__ out, const scalar_t* v, con
 template <int64_t KR>
 inline void write_combination_half(at::Half* out, const float* v, const float* __restrict__ rows, int64_t n,
                                    int64_t R, float* __restrict__ row) {
-  std::fill(row, row + fixed<KR>(R), 0.0f);
-  add_combination<float, KR>(row, v, 1, rows, n, R);
+  write_combination<float, KR>(row, v, rows, n, R);
   float_to_half(out, row, fixed<KR>(R), true);
 }
 
 // out[d * ostride + r] = sum_k xv[k, d] rows[k, r] for d < D: the D rows of x^T g for one block, xv (n, D)
 // and rows (n, R), each output row a combination of the n rows.
 template <typename scalar_t, int64_t KR>
-inline void block_rows(scalar_t* out, int64_t ostride, const scalar_t* xv, const scalar_t* __restrict__ rows,
-                       int64_t n, int64_t D, int64_t R) {
+inline void block_rows_plain(scalar_t* out, int64_t ostride, const scalar_t* xv, const scalar_t* __restrict__ rows,
+                             int64_t n, int64_t D, int64_t R) {
   for (int64_t d = 0; d < D; ++d) {
     std::fill(out + d * ostride, out + d * ostride + fixed<KR>(R), scalar_t(0));
     add_combination<scalar_t, KR>(out + d * ostride, xv + d, D, rows, n, R);
   }
+}
+
+// block_rows_plain, or a faster path where one applies (rows of 64 floats).
+template <typename scalar_t, int64_t KR>
+inline void block_rows(scalar_t* out, int64_t ostride, const scalar_t* xv, const scalar_t* __restrict__ rows,
+                       int64_t n, int64_t D, int64_t R) {
+  block_rows_plain<scalar_t, KR>(out, ostride, xv, rows, n, D, R);
 }
 
 // out[k * ostride] = sum_r e[r] rows[k, r] for k < n: the products of one row with the rows of (n, R),
@@ -311,26 +317,25 @@ inline void store_row16(at::Half* p, Lanes16 v) {
   float_to_half(p, values, 16, true);
 }
 
-// acc = sum_k v[k] rows[k] for rows of 64 (four vectors).
-inline void combination64(Lanes16 (&acc)[4], const float* v, const float* __restrict__ rows, int64_t n) {
+// out = sum_k v[k] rows[k] for rows of 64, formed in four vectors and stored as float or float16.
+template <typename out_t>
+inline void write_combination64(out_t* out, const float* v, const float* __restrict__ rows, int64_t n) {
+  Lanes16 acc[4] = {};
   for (int64_t k = 0; k < n; ++k)
     for (int q = 0; q < 4; ++q) acc[q] += v[k] * load16(rows + k * 64 + 16 * q);
+  for (int q = 0; q < 4; ++q) store_row16(out + 16 * q, acc[q]);
 }
 
 template <>
 inline void write_combination<float, 64>(float* __restrict__ out, const float* v, const float* __restrict__ rows,
                                          int64_t n, int64_t R) {
-  Lanes16 acc[4] = {};
-  combination64(acc, v, rows, n);
-  for (int q = 0; q < 4; ++q) store_row16(out + 16 * q, acc[q]);
+  write_combination64(out, v, rows, n);
 }
 
 template <>
 inline void write_combination_half<64>(at::Half* out, const float* v, const float* __restrict__ rows, int64_t n,
                                        int64_t R, float* __restrict__ row) {
-  Lanes16 acc[4] = {};
-  combination64(acc, v, rows, n);
-  for (int q = 0; q < 4; ++q) store_row16(out + 16 * q, acc[q]);
+  write_combination64(out, v, rows, n);
 }
 
 // The same for float rows of 64 with D a multiple of 4: four output rows at a time in 16 vector
@@ -339,10 +344,7 @@ template <>
 inline void block_rows<float, 64>(float* out, int64_t ostride, const float* xv, const float* __restrict__ rows,
                                   int64_t n, int64_t D, int64_t R) {
   if (D % 4 != 0) {
-    for (int64_t d = 0; d < D; ++d) {
-      std::fill(out + d * ostride, out + d * ostride + 64, 0.0f);
-      add_combination<float, 64>(out + d * ostride, xv + d, D, rows, n, R);
-    }
+    block_rows_plain<float, 64>(out, ostride, xv, rows, n, D, R);
     return;
   }
   for (int64_t d0 = 0; d0 < D; d0 += 4) {
@@ -478,6 +480,13 @@ inline void gate_rows<float, 64>(const float* xv, const float* g, int64_t n, con
 
 #endif  // GCC vector extensions
 
+// xv[b, d] *= scale[d] for b < rows: x rows (rows, D) scaled by one head's (D) scale.
+template <typename scalar_t>
+inline void scale_rows(scalar_t* __restrict__ xv, const scalar_t* __restrict__ scale, int64_t rows, int64_t D) {
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t d = 0; d < D; ++d) xv[b * D + d] *= scale[d];
+}
+
 // Copies the (s, h) rows of t (B, S, H, n), any strides, into rows (B, n).
 template <typename scalar_t>
 inline void gather(const at::Tensor& t, int64_t s, int64_t h, scalar_t* __restrict__ rows) {
@@ -530,11 +539,7 @@ inline void gather_pairs(const std::vector<at::Tensor>& xs, const std::vector<at
     const int64_t D = xs[t].size(3), R = gs[t].size(3);
     gather(gs[t], s, h, rows + k * R);
     gather(xs[t], s, h, xv + k * D);
-    if (scale[t].defined()) {
-      const scalar_t* sc = scale[t].data_ptr<scalar_t>() + h * D;
-      for (int64_t b = 0; b < xs[t].size(0); ++b)
-        for (int64_t d = 0; d < D; ++d) xv[(k + b) * D + d] *= sc[d];
-    }
+    if (scale[t].defined()) scale_rows(xv + k * D, scale[t].data_ptr<scalar_t>() + h * D, xs[t].size(0), D);
     k += xs[t].size(0);
   }
 }
@@ -563,13 +568,8 @@ inline void gather_pairs_tile(const std::vector<at::Tensor>& xs, const std::vect
     }
     if (scale[i].defined()) {
       const int64_t D = xs[i].size(3);
-      const scalar_t* sc = scale[i].data_ptr<scalar_t>();
-      for (int64_t u = 0; u < count * H; ++u)
-        for (int64_t b = 0; b < xs[i].size(0); ++b) {
-          scalar_t* row = xv + (u * n + k + b) * D;
-          const scalar_t* sh = sc + (u % H) * D;
-          for (int64_t d = 0; d < D; ++d) row[d] *= sh[d];
-        }
+      for (int64_t u = 0; u < count * H; ++u)  // u = (t, h): the rows of block (s0 + t, h)
+        scale_rows(xv + (u * n + k) * D, scale[i].data_ptr<scalar_t>() + (u % H) * D, xs[i].size(0), D);
     }
     k += xs[i].size(0);
   }

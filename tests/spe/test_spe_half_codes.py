@@ -10,6 +10,7 @@ from spe import ConvSPE, SineSPE, SPEFilter
 from spe.contract import (accumulate, compiled_available, compiled_kernels, compute_dtype, contract,
                           contract_backward, gated_contract, gated_contract_backward)
 from spe.shared import storage_dtype
+from spe_helpers import layers_loss
 
 pytestmark = pytest.mark.skipif(not compiled_available(), reason="float16 codes are read by the compiled "
                                 "spe_kernels extension (make setup builds it)")
@@ -88,12 +89,7 @@ def run_layers(pe, noise, code_dtype, positions=40, layers=3, B=2):
     eps = [f.draw_gate_noise(R) for f in filters]
     weights = torch.randn(B, positions, H, R)
     code = pe.shared_code(noise, 0, positions, code_dtype=code_dtype)
-    loss, outs = 0, []
-    for filt, (q, k), e in zip(filters, inputs, eps):
-        qhat, khat = filt(q, k, code, gate_noise=e)
-        outs += [qhat, khat]
-        loss = loss + (qhat * weights).sum() + (khat * weights.flip(1)).square().sum()
-    leaves = [t for pair in inputs for t in pair] + [p for m in [pe, *filters] for p in m.parameters()]
+    outs, loss, leaves = layers_loss(pe, filters, inputs, eps, code, weights)
     return code.codes[0].dtype, outs, torch.autograd.grad(loss, leaves)
 
 

@@ -11,6 +11,7 @@ import spe.shared as shared_module
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
 from spe.contract import compiled_available, compiled_kernels
 from spe.workspace import Workspace
+from spe_helpers import layers_loss
 
 pytestmark = pytest.mark.skipif(not compiled_available(), reason="the factored gradient needs the compiled "
                                 "spe_kernels extension (make setup builds it)")
@@ -32,12 +33,7 @@ def run_layers(pe, filters, noise, inputs, eps, factored, positions=N + 4, retai
     assert isinstance(code, SharedCode) == factored
     assert not factored or isinstance(code.gradients, shared_module.PendingGradients)
     weights = torch.randn(B, N, H, R, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
-    loss, outs = 0, []
-    for filt, (q, k), e in zip(filters, inputs, eps):
-        qhat, khat = filt(q, k, code, gate_noise=e)
-        outs += [qhat, khat]
-        loss = loss + (qhat * weights).sum() + (khat * weights.flip(1)).square().sum()
-    leaves = [t for pair in inputs for t in pair] + [p for m in [pe, *filters] for p in m.parameters()]
+    outs, loss, leaves = layers_loss(pe, filters, inputs, eps, code, weights)
     grads = torch.autograd.grad(loss, leaves, retain_graph=retain)
     if retain:
         return outs, grads, torch.autograd.grad(loss, leaves)
