@@ -174,7 +174,7 @@ class MusicPerformer(nn.Module):
                              f"{int(tokens.min())} .. {int(tokens.max())}")
         length = tokens.shape[1]
         if positional_noise is None:
-            positional_noise = self.draw_positional_noise(start + length)
+            positional_noise = self.pe.draw_noise(start + length, formed=False)  # its own: formed if needed
         context = self.pe.context(positional_noise, start, length, batch=tokens.shape[0])
         x = self.embedding(tokens) * math.sqrt(self.cfg.d_model)  # (B, N, C)
         return self.dropout(self.pe.embed(x, start)), context

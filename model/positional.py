@@ -42,20 +42,26 @@ FACTORISED_CODE_BYTES = 256 * 2**20
 
 @dataclass
 class PositionalNoise:
-    code_noises: list[torch.Tensor]  # one per code generator (1 when share_pe, else n_layer)
+    # one per code generator (1 when share_pe, else n_layer); None: not formed yet, given by its seed
+    # (a draw the model makes for its own pass: `StochasticPE.code_noise` forms it when needed)
+    code_noises: list[torch.Tensor | None]
     gate_noises: list[torch.Tensor] | None  # per layer (H, D, R) gate noise; None when ungated
     length: int  # number of positions the noise was drawn for (conv_spe cannot go beyond)
     # per code generator, (seed, data_ptr, version) of its noise when drawn from a seed (conv_spe:
-    # `ConvSPE.noise_from_seed`, so that a training step draws it again in its backward instead of
-    # keeping it; used only while code_noises holds that tensor unchanged), or None
-    code_seeds: list[tuple[int, int, int] | None] | None = None
+    # `ConvSPE.noise_from_seed`, so that a pass over the whole noise filters its spectra drawn from
+    # the seed, `ConvSPE.seeded_code`; used only while code_noises holds that tensor unchanged, or
+    # None there), or None
+    code_seeds: list[tuple[int, int | None, int | None] | None] | None = None
 
     def seed(self, index: int) -> int | None:
-        """The seed code noise `index` was drawn from, if that tensor is still there, unchanged."""
+        """The seed code noise `index` was drawn from, if that tensor is still there, unchanged (or
+        not formed yet)."""
         if not self.code_seeds or self.code_seeds[index] is None:
             return None
         seed, pointer, version = self.code_seeds[index]
         tensor = self.code_noises[index]
+        if tensor is None:
+            return seed
         return seed if (tensor.data_ptr(), tensor._version) == (pointer, version) else None
     # generation: per generator, the code of the block of CODE_BLOCK positions in use
     blocks: dict = field(default_factory=dict, repr=False, compare=False)
@@ -97,9 +103,11 @@ class PositionalEncoding(nn.Module):
         """Number of positions the encoding knows (None: any position)."""
         return None
 
-    def draw_noise(self, length: int, generator: torch.Generator | None = None
+    def draw_noise(self, length: int, generator: torch.Generator | None = None, formed: bool = True
                    ) -> PositionalNoise | None:
-        """One random realisation for positions 0 .. length-1 (None: the encoding is deterministic)."""
+        """One random realisation for positions 0 .. length-1 (None: the encoding is deterministic).
+        formed=False leaves code noises drawn from a seed unformed until a pass needs them (the
+        model's own draws; PositionalNoise.code_noises then holds None there)."""
         return None
 
     def extend_noise(self, noise: PositionalNoise | None, length: int,
@@ -236,30 +244,43 @@ class StochasticPE(PositionalEncoding):
         """One generator's noise covering `extra` more positions (unchanged when not bounded)."""
         return noise
 
-    def draw_noise(self, length: int, generator: torch.Generator | None = None) -> PositionalNoise:
+    def draw_noise(self, length: int, generator: torch.Generator | None = None, formed: bool = True
+                   ) -> PositionalNoise:
         if length < 1:
             raise ValueError(f"a positional noise needs length >= 1, got {length}")
-        drawn = [self.draw_code_noise(spe, length, generator) for spe in self.spes]
+        drawn = [self.draw_code_noise(spe, length, generator, formed) for spe in self.spes]
         code_noises = [noise for noise, _ in drawn]
-        code_seeds = [None if seed is None else (seed, noise.data_ptr(), noise._version)
-                      for noise, seed in drawn]
+        code_seeds = [None if seed is None else (seed, *_identity(noise)) for noise, seed in drawn]
         gate_noises = None
         if self.gated:
-            gate_noises = [f.draw_gate_noise(self.num_realizations, generator=generator).to(code_noises[0])
+            like = self.spes[0].code_parameter()
+            gate_noises = [f.draw_gate_noise(self.num_realizations, generator=generator).to(like)
                            for f in self.filters]
         return PositionalNoise(code_noises=code_noises, gate_noises=gate_noises, length=length,
                                code_seeds=code_seeds)
 
-    def draw_code_noise(self, spe: SineSPE | ConvSPE, length: int, generator: torch.Generator | None
-                        ) -> tuple[torch.Tensor, int | None]:
-        """One generator's noise for `length` positions, and the seed it was drawn from (or None)."""
+    def draw_code_noise(self, spe: SineSPE | ConvSPE, length: int, generator: torch.Generator | None,
+                        formed: bool = True) -> tuple[torch.Tensor | None, int | None]:
+        """One generator's noise for `length` positions, and the seed it was drawn from (or None);
+        the noise None when drawn from a seed and not `formed`."""
         return spe.draw_noise(length, self.num_realizations, generator=generator), None
+
+    def code_noise(self, noise: PositionalNoise, index: int) -> torch.Tensor:
+        """Code noise `index` of `noise`, formed from its seed (and kept there) if it was not yet."""
+        tensor = noise.code_noises[index]
+        if tensor is None:
+            seed = noise.code_seeds[index][0]
+            tensor = self.spes[index].noise_from_seed(noise.length, seed, self.num_realizations)
+            noise.code_noises[index] = tensor
+            noise.code_seeds[index] = (seed, *_identity(tensor))
+        return tensor
 
     def extend_noise(self, noise: PositionalNoise | None, length: int,
                      generator: torch.Generator | None = None) -> PositionalNoise | None:
         if noise is None or noise.length >= length:
             return noise
-        code_noises = [self.extend_code_noise(n, length - noise.length, generator) for n in noise.code_noises]
+        code_noises = [self.extend_code_noise(self.code_noise(noise, index), length - noise.length, generator)
+                       for index in range(len(noise.code_noises))]
         return PositionalNoise(code_noises=code_noises, gate_noises=noise.gate_noises, length=length)
 
     def context(self, noise: PositionalNoise | None, start: int, length: int, batch: int = 1
@@ -269,7 +290,7 @@ class StochasticPE(PositionalEncoding):
         if len(noise.code_noises) != len(self.spes) or (noise.gate_noises is None) == self.gated:
             raise ValueError("this positional noise was drawn for another SPE configuration "
                              "(share_pe / gated differ)")
-        with autocast_off(noise.code_noises[0].device.type):           # codes in full precision
+        with autocast_off(self.spes[0].code_parameter().device.type):  # codes in full precision
             return self._context(noise, start, length, batch)
 
     def _context(self, noise: PositionalNoise, start: int, length: int, batch: int) -> SPEContext:
@@ -279,8 +300,8 @@ class StochasticPE(PositionalEncoding):
             if context is not None:
                 return context
         if self._factorise(length, batch):
-            return SPEContext(codes=[spe.factorised(n, start, length)
-                                     for spe, n in zip(self.spes, noise.code_noises)],
+            return SPEContext(codes=[spe.factorised(self.code_noise(noise, index), start, length)
+                                     for index, spe in enumerate(self.spes)],
                               gate_noises=noise.gate_noises)
         if self.contraction == "autograd":
             codes: list[SharedCode | Code] = [self._code(index, noise, start, length)
@@ -301,10 +322,9 @@ class StochasticPE(PositionalEncoding):
             # training only: passes without gradients (evaluation, generation) keep the computed code,
             # so that a parallel forward equals the generation steps (which read float32 blocks)
             code_dtype = self.code_dtype if torch.is_grad_enabled() else None
-            if seed is not None:
-                return spe.shared_code(noise.code_noises[index], start, length, backend, seed=seed,
-                                       code_dtype=code_dtype)
-            return spe.shared_code(noise.code_noises[index], start, length, backend, code_dtype=code_dtype)
+            if seed is not None and start == 0 and length == noise.length:  # the whole noise: by its seed
+                return spe.seeded_code(seed, length, self.num_realizations, backend, code_dtype)
+            return spe.shared_code(self.code_noise(noise, index), start, length, backend, code_dtype=code_dtype)
         return SharedCode(*self._code(index, noise, start, length), backend)
 
     @staticmethod
@@ -354,7 +374,7 @@ class StochasticPE(PositionalEncoding):
         positions evaluated at once: stepping then costs one code evaluation per block, not per token
         (convSPE evaluates a code by FFT over the filter length).
         """
-        spe, code_noise = self.spes[index], noise.code_noises[index]
+        spe, code_noise = self.spes[index], self.code_noise(noise, index)
         if self._afresh(length):
             return spe.codes(code_noise, start, length)
         first = start - start % CODE_BLOCK
@@ -387,6 +407,11 @@ class StochasticPE(PositionalEncoding):
             return self.filters[layer](q, k, code, gate_noise=gate_noise)  # (B, N, H, R)
 
 
+def _identity(tensor: torch.Tensor | None) -> tuple[int | None, int | None]:
+    """(data_ptr, version) of a tensor, by which a PositionalNoise checks that it is unchanged."""
+    return (None, None) if tensor is None else (tensor.data_ptr(), tensor._version)
+
+
 def autocast_off(device_type: str):
     """A context with autocast off on `device_type`; a plain no-op one when it is off already (a
     generation step enters it seven times)."""
@@ -412,10 +437,10 @@ class ConvStochasticPE(StochasticPE):
         return ConvSPE(ndim=1, num_heads=cfg.n_head, in_features=cfg.head_dim,
                        num_realizations=cfg.num_realizations, kernel_size=cfg.kernel_size)
 
-    def draw_code_noise(self, spe: ConvSPE, length: int, generator: torch.Generator | None
-                        ) -> tuple[torch.Tensor, int]:
+    def draw_code_noise(self, spe: ConvSPE, length: int, generator: torch.Generator | None,
+                        formed: bool = True) -> tuple[torch.Tensor | None, int]:
         seed = draw_seed(generator)
-        return spe.noise_from_seed(length, seed, self.num_realizations), seed
+        return (spe.noise_from_seed(length, seed, self.num_realizations) if formed else None), seed
 
     def extend_code_noise(self, noise: torch.Tensor, extra: int, generator: torch.Generator | None
                           ) -> torch.Tensor:

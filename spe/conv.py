@@ -10,6 +10,7 @@ from torch.nn import functional as F
 from spe.contract import backend_for, compiled_kernels
 from spe.random import draw_seed, normal
 from spe.shared import PendingGradients, SharedCode, storage_dtype
+from spe.spectra import SeededSpectra, WindowSpectra, padded_rfft
 from spe.workspace import Workspace
 
 Size = Union[int, Sequence[int]]
@@ -71,6 +72,10 @@ class ConvSPE(nn.Module):
         noise = self.draw_noise(size, num_realizations)
         return self.codes(noise, (0,) * self.ndim, size)
 
+    def code_parameter(self) -> torch.Tensor:
+        """The parameter whose device and dtype the noise and codes take."""
+        return self.conv_q.weight
+
     def draw_noise(self, length: Size, num_realizations: Optional[int] = None,
                    generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """White noise covering positions 0 .. length-1 plus the filter margin: (R, H*D, *(length + P - 1)),
@@ -78,47 +83,84 @@ class ConvSPE(nn.Module):
         return self.noise_from_seed(length, draw_seed(generator), num_realizations)
 
     def noise_from_seed(self, length: Size, seed: int, num_realizations: Optional[int] = None) -> torch.Tensor:
-        """`draw_noise`'s noise for a given seed of `spe.random.normal` (the same seed, the same noise)."""
+        """`draw_noise`'s noise for a given seed of `spe.random.normal` (the same seed, the same noise).
+
+        1-D: the first length + P - 1 samples of R x H*D white noises of period `_fft_size` of that,
+        drawn by their spectra (`spe.spectra.SeededSpectra`), so that `seeded_code` can filter them
+        without forming them. 2-D, 3-D: drawn sample by sample."""
         size = self._as_tuple(length, "length")
         r = self.num_realizations if num_realizations is None else num_realizations
         weight = self.conv_q.weight
         padded = [s + p - 1 for s, p in zip(size, self.kernel_size)]
-        return normal((r, weight.shape[0], *padded), seed, device=weight.device, dtype=weight.dtype)
+        if self.ndim != 1:
+            return normal((r, weight.shape[0], *padded), seed, device=weight.device, dtype=weight.dtype)
+        spectra = self._seeded_spectra(seed, r, padded[0])
+        return spectra.noise(padded[0], _chunks(spectra))
+
+    def _seeded_spectra(self, seed: int, realizations: int, samples: int) -> SeededSpectra:
+        """The spectra `noise_from_seed` draws for noises of `samples` samples (1-D)."""
+        weight = self.conv_q.weight
+        return SeededSpectra(seed, realizations, weight.shape[0], (_fft_size(samples),), weight.dtype, weight.device)
 
     def codes(self, noise: torch.Tensor, start: Size, length: Size):
         """(qbar, kbar) at positions start .. start+length-1, each (1, *length, H, D, R), contiguous.
 
         Raises ValueError for positions beyond those the noise was drawn for.
         """
-        z, fft_size, size, filters, outs = self._prepare(noise, start, length)
-        qbar, kbar = _FilteredNoise.apply(z, fft_size, size, outs, *filters)  # (S, H*D, R) each
+        z, fft_size, size = self._window(noise, start, length)
+        outs = self._outs(size, z.shape[0], z.dtype)
+        qbar, kbar = _FilteredNoise.apply(z, fft_size, size, outs, *self._filters(z.shape[0]))  # (S, H*D, R) each
         out_shape = (1, *size, self.num_heads, self.in_features, z.shape[0])
         return qbar.view(out_shape), kbar.view(out_shape)
 
     def shared_code(self, noise: torch.Tensor, start: Size, length: Size, backend: Optional[str] = None,
-                    seed: Optional[int] = None, code_dtype: Optional[torch.dtype] = None) -> SharedCode:
+                    code_dtype: Optional[torch.dtype] = None) -> SharedCode:
         """`codes(noise, start, length)` as a SharedCode for several filters (the layers of a model).
         1-D with the compiled kernels (backend None or "compiled"): its gradient is taken without
         code-sized buffers, the layers' (x, grad, scale) triples turned into the filters' gradients a
-        few heads at a time (`_ConvFactorGradients`). With `seed`, the seed `noise` was drawn from
-        (`noise_from_seed`; not checked), and positions covering the whole noise, the backward draws
-        the noise again chunk by chunk instead of keeping it through the step. `code_dtype` float16
-        stores float32 codes in half precision on the compiled path (`spe.shared.storage_dtype`)."""
-        if self.ndim != 1 or backend not in (None, "compiled") or backend_for(noise) != "compiled" \
-                or not hasattr(compiled_kernels(), "accumulate_positions_last"):  # (or an older build)
+        few heads at a time (`_ConvFactorGradients`), the noise window kept for that. `code_dtype`
+        float16 stores float32 codes in half precision on the compiled path (`spe.shared.storage_dtype`)."""
+        if not self._factored(noise, backend):
             return SharedCode(*self.codes(noise, start, length), backend)
-        z, fft_size, size, filters, outs = self._prepare(noise, start, length, storage_dtype(noise.dtype, code_dtype))
+        z, fft_size, size = self._window(noise, start, length)
+        return self._factored_code(WindowSpectra(z, fft_size), size, code_dtype)
+
+    def seeded_code(self, seed: int, length: int, num_realizations: Optional[int] = None,
+                    backend: Optional[str] = None, code_dtype: Optional[torch.dtype] = None) -> SharedCode:
+        """`shared_code(noise_from_seed(length, seed, R), 0, length, backend, code_dtype)`, equal up to
+        float rounding, without ever forming the noise where `shared_code` takes the factored path:
+        the forward filters the noise's spectra drawn from the seed, the backward draws them again
+        chunk by chunk. Elsewhere, that very call."""
+        r = self.num_realizations if num_realizations is None else num_realizations
+        weight = self.conv_q.weight
+        if not self._factored(weight, backend):
+            return self.shared_code(self.noise_from_seed(length, seed, r), 0, length, backend, code_dtype)
+        size = self._as_tuple(length, "length")
+        if size[0] < 1:
+            raise ValueError(f"length must be >= 1, got {length}")
+        return self._factored_code(self._seeded_spectra(seed, r, size[0] + self.kernel_size[0] - 1), size,
+                                   code_dtype)
+
+    def _factored(self, like: torch.Tensor, backend: Optional[str]) -> bool:
+        """Whether a code of tensors like `like` takes its gradient in factored form (1-D, compiled)."""
+        return self.ndim == 1 and backend in (None, "compiled") and backend_for(like) == "compiled" \
+            and hasattr(compiled_kernels(), "accumulate_positions_last")  # (or an older build)
+
+    def _factored_code(self, spectra, size: Tuple[int, ...], code_dtype: Optional[torch.dtype]) -> SharedCode:
+        """The SharedCode of the noise whose spectra are `spectra` at positions 0 .. size - 1 of them,
+        its gradient in factored form (`_ConvFactorGradients`)."""
+        R = spectra.realizations
+        filters = self._filters(R)
+        outs = self._outs(size, R, storage_dtype(spectra.dtype, code_dtype))
         with torch.no_grad():
-            codes = _filter_noise(z, fft_size, size, outs, [f.detach() for f in filters])  # (S, H*D, R) each
+            codes = _filter_noise(spectra, size, outs, [f.detach() for f in filters])  # (S, H*D, R) each
         shape = (codes[0].shape[0], self.num_heads, self.in_features, codes[0].shape[-1])
-        whole = z.shape == noise.shape                                  # the window is all of the noise
-        gradients = _ConvFactorGradients(z, fft_size, size, self.kernel_size, shape, seed if whole else None)
+        gradients = _ConvFactorGradients(spectra, self.kernel_size, shape)
         return SharedCode.from_parts(tuple(c.view(shape) for c in codes), gradients, tuple(filters))
 
-    def _prepare(self, noise: torch.Tensor, start: Size, length: Size, dtype: Optional[torch.dtype] = None):
-        """(z, fft_size, size, filters, outs) of a code request: the noise window z (R, H*D,
-        *(size + P - 1)), checked, its FFT size, the filters (H*D, *P) scaled, the two (S, H*D, R)
-        workspace tensors to write the codes into (of the noise's dtype, or `dtype`)."""
+    def _window(self, noise: torch.Tensor, start: Size, length: Size):
+        """(z, fft_size, size) of a code request: the noise window z (R, H*D, *(size + P - 1)),
+        checked, and its FFT size."""
         channels = self.num_heads * self.in_features
         if noise.dim() != self.ndim + 2 or noise.shape[1] != channels:
             raise ValueError(f"noise must have shape (R, {channels}, *padded size) with {self.ndim} size "
@@ -133,11 +175,18 @@ class ConvSPE(nn.Module):
             window.append(slice(s, s + n + p - 1))
         z = noise[tuple(window)]                                        # (R, H*D, *(size + P - 1))
         fft_size = tuple(_fft_size(n) for n in z.shape[2:])             # >= size + P - 1: no wrap-around
-        scale = (z.shape[0] * self.in_features) ** 0.25
-        filters = [conv.weight[:, 0] / scale for conv in (self.conv_q, self.conv_k)]  # (H*D, *P) each
-        code_shape = (math.prod(size), channels, z.shape[0])            # (S, H*D, R)
-        outs = tuple(self._workspace.empty(name, code_shape, z, dtype) for name in ("qbar", "kbar"))
-        return z, fft_size, size, filters, outs
+        return z, fft_size, size
+
+    def _filters(self, realizations: int) -> list[torch.Tensor]:
+        """The two filters (H*D, *P), scaled by (R D)^(-1/4) for a code of R realisations."""
+        scale = (realizations * self.in_features) ** 0.25
+        return [conv.weight[:, 0] / scale for conv in (self.conv_q, self.conv_k)]
+
+    def _outs(self, size: Tuple[int, ...], realizations: int, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The two (S, H*D, R) workspace tensors of `dtype` to write the codes into."""
+        code_shape = (math.prod(size), self.num_heads * self.in_features, realizations)
+        weight = self.conv_q.weight                                     # (the device)
+        return tuple(self._workspace.empty(name, code_shape, weight, dtype) for name in ("qbar", "kbar"))
 
     def expected_template(self, length: Size) -> torch.Tensor:
         """Exact R -> infinity kernel P_d(m, n) over the flattened positions: (H, D, S, S), S = prod(length)."""
@@ -202,33 +251,40 @@ class _FilteredNoise(torch.autograd.Function):
     def forward(ctx, z, fft_size, size, outs, *filters):
         ctx.save_for_backward(z)                                        # a view of the caller's noise
         ctx.fft_size, ctx.size, ctx.kernel_size = fft_size, size, filters[0].shape[1:]
-        return _filter_noise(z, fft_size, size, outs, filters)
+        return _filter_noise(WindowSpectra(z, fft_size), size, outs, filters)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):                                          # (S, C, R) each, or None
         (z,) = ctx.saved_tensors
+        spectra = WindowSpectra(z, ctx.fft_size)
         grad_filters = [None if g is None else g.new_zeros(z.shape[1], *ctx.kernel_size) for g in grads]
         given = [t for t, g in enumerate(grads) if g is not None]
-        for channels in _chunks(z, ctx.fft_size):
-            z_f = _padded_rfft(z[:, channels], ctx.fft_size)            # (R, c, *F'), again
-            g_fs = [_padded_rfft(_positions_last(grads[t][:, channels], ctx.size), ctx.fft_size) for t in given]
+        for channels in _chunks(spectra):
+            z_f = spectra.chunk(channels)                               # (R, c, *F'), again
+            g_fs = [padded_rfft(_positions_last(grads[t][:, channels], ctx.size), ctx.fft_size) for t in given]
             for t, part in zip(given, _correlations(z_f, g_fs, ctx.fft_size, ctx.kernel_size)):
                 grad_filters[t][channels] = part
         return (None, None, None, None, *grad_filters)
 
 
-def _filter_noise(z: torch.Tensor, fft_size: Tuple[int, ...], size: Tuple[int, ...],
+def _filter_noise(spectra: WindowSpectra | SeededSpectra, size: Tuple[int, ...],
                   outs: Tuple[torch.Tensor, ...], filters) -> Tuple[torch.Tensor, ...]:
-    """`_FilteredNoise`'s forward: each filter's code written into its (S, C, R) out, a chunk of
-    channels at a time."""
+    """`_FilteredNoise`'s forward on the noise given by its spectra: each filter's code written into
+    its (S, C, R) out, a chunk of channels at a time. The spectra's weight (if any) multiplies the
+    filters' conjugate spectra, computed once; the last filter's product is formed in place."""
+    fft_size = spectra.fft_size
     dims = tuple(range(2, len(size) + 2))
     crop = (slice(None), slice(None), *(slice(0, n) for n in size))
-    filter_fs = [torch.fft.rfftn(f, s=fft_size, dim=tuple(d - 1 for d in dims)) for f in filters]  # (C, *F')
-    for channels in _chunks(z, fft_size):
-        z_f = _padded_rfft(z[:, channels], fft_size)                    # (R, c, *F')
-        for filter_f, out in zip(filter_fs, outs):
-            product = z_f * filter_f[channels].conj()                   # (R, c, *F')
+    filter_fs = [torch.fft.rfftn(f, s=fft_size, dim=tuple(d - 1 for d in dims)).conj_physical()
+                 for f in filters]                                      # (C, *F') each
+    if spectra.weight is not None:
+        filter_fs = [f.mul_(spectra.weight) for f in filter_fs]
+    for channels in _chunks(spectra):
+        z_f = spectra.chunk(channels)                                   # (R, c, *F'), a new tensor
+        for t, (filter_f, out) in enumerate(zip(filter_fs, outs)):
+            last = t == len(outs) - 1
+            product = z_f.mul_(filter_f[channels]) if last else z_f * filter_f[channels]  # (R, c, *F')
             corr = torch.fft.irfftn(product, s=fft_size, dim=dims)[crop]  # (R, c, *size)
             swap_outer(corr.reshape(*corr.shape[:2], -1), out=out[:, channels])  # (S, c, R)
     return tuple(outs)
@@ -240,12 +296,12 @@ def _positions_last(grad: torch.Tensor, size: Tuple[int, ...]) -> torch.Tensor:
     return g.view(*g.shape[:2], *size)
 
 
-def _correlations(z_f: torch.Tensor, g_fs: list, fft_size: Tuple[int, ...], kernel_size: Tuple[int, ...]
-                  ) -> list:
-    """For each g_f: sum_{r, m} g[r, c, m] z[r, c, m + p] for p < P (c, *P), from the spectra z_f and
-    g_f (R, c, *F'). The sum over r in the frequency domain is `spe_kernels.spectral_correlation` on
-    CPU (the sums of a tile kept in registers, z_f read once for all g_f), else a loop of in-place
-    multiply-adds (equal values)."""
+def _correlations(z_f: torch.Tensor, g_fs: list, fft_size: Tuple[int, ...], kernel_size: Tuple[int, ...],
+                  weight: Optional[torch.Tensor] = None) -> list:
+    """For each g_f: sum_{r, m} g[r, c, m] z[r, c, m + p] for p < P (c, *P), from the spectra
+    weight * z_f and g_f (R, c, *F'). The sum over r in the frequency domain is
+    `spe_kernels.spectral_correlation` on CPU (the sums of a tile kept in registers, z_f read once for
+    all g_f), else a loop of in-place multiply-adds (equal values); the weight (F') multiplies the sums."""
     kernels = compiled_kernels()
     c, spatial = z_f.shape[1], z_f.shape[2:]
     if kernels is not None and hasattr(kernels, "spectral_correlation") and z_f.device.type == "cpu" \
@@ -259,6 +315,8 @@ def _correlations(z_f: torch.Tensor, g_fs: list, fft_size: Tuple[int, ...], kern
             for r in range(1, z_f.shape[0]):
                 spectrum.addcmul_(z_f[r], g_f[r].conj())
             spectra.append(spectrum)
+    if weight is not None:
+        spectra = [spectrum.mul_(weight) for spectrum in spectra]
     dims = tuple(range(1, len(fft_size) + 1))
     crop = (slice(None), *(slice(0, p) for p in kernel_size))
     return [torch.fft.irfftn(spectrum, s=fft_size, dim=dims)[crop] for spectrum in spectra]  # (c, *P) each
@@ -269,28 +327,16 @@ class _ConvFactorGradients(PendingGradients):
     codes together) forms the code gradient of a few heads at a time, the layers' triples summed
     by the compiled kernel straight into the FFT's zero-padded (R, c, F) layout, and turns it into
     the filters' gradients by FFT, as `_FilteredNoise`'s backward does for a whole code gradient.
+    The noise's spectra come from `spectra`: a kept window's, or drawn again from a seed.
     Inputs: the two scaled filters (H*D, P)."""
 
-    def __init__(self, z: torch.Tensor, fft_size: Tuple[int, ...], size: Tuple[int, ...],
-                 kernel_size: Tuple[int, ...], shape: Tuple[int, int, int, int], seed: Optional[int] = None) -> None:
+    def __init__(self, spectra: WindowSpectra | SeededSpectra, kernel_size: Tuple[int, ...],
+                 shape: Tuple[int, int, int, int]) -> None:
         super().__init__()
-        # the noise z (R, C, n): kept, or drawn again from its seed (`spe.random.normal`) when given
-        self.z, self.seed = (None, seed) if seed is not None else (z, None)
-        self.noise_shape, self.dtype, self.device = tuple(z.shape), z.dtype, z.device
-        self.fft_size, self.size, self.kernel_size = fft_size, size, kernel_size
+        self.spectra, self.kernel_size = spectra, kernel_size
+        self.dtype, self.device, self.fft_size = spectra.dtype, spectra.device, spectra.fft_size
         self.shape = shape                                              # (S, H, D, R) of each code
         self.grads: list[Optional[torch.Tensor]] = [None, None]
-
-    def noise(self, channels: slice) -> torch.Tensor:
-        """The noise's channels (R, c, n): a view of the kept noise, or drawn again (the rows of
-        realisation r start at sample (r C + c0) n of the draw)."""
-        if self.z is not None:
-            return self.z[:, channels]
-        R, C, n = self.noise_shape
-        out = torch.empty(R, channels.stop - channels.start, n, dtype=self.dtype, device=self.device)
-        for r in range(R):
-            normal(out.shape[1:], self.seed, (r * C + channels.start) * n, out=out[r])
-        return out
 
     def add_groups(self, groups: list) -> None:
         """Each chunk of heads: the noise's spectrum there once, then for each (which, positions,
@@ -304,7 +350,7 @@ class _ConvFactorGradients(PendingGradients):
         for h0 in range(0, H, step):
             h1 = min(H, h0 + step)
             channels = slice(h0 * D, h1 * D)
-            z_f = _padded_rfft(self.noise(channels), self.fft_size)     # (R, c, F')
+            z_f = self.spectra.chunk(channels)                          # (R, c, F')
             signal = torch.empty(R, (h1 - h0) * D, self.fft_size[0], dtype=self.dtype, device=self.device)
             g_fs = []
             for which, positions, triples in groups:                    # signal: G (R, c, F), zero-padded
@@ -314,7 +360,8 @@ class _ConvFactorGradients(PendingGradients):
                     [g.to(self.dtype) for _, g, _ in triples],
                     [None if a is None else a.to(self.dtype).contiguous() for _, _, a in triples], h0)
                 g_fs.append(torch.fft.rfft(signal))                     # (R, c, F')
-            for (which, _, _), part in zip(groups, _correlations(z_f, g_fs, self.fft_size, self.kernel_size)):
+            parts = _correlations(z_f, g_fs, self.fft_size, self.kernel_size, self.spectra.weight)
+            for (which, _, _), part in zip(groups, parts):
                 self.grads[which][channels] += part
 
     def result(self) -> list[Optional[torch.Tensor]]:
@@ -322,10 +369,10 @@ class _ConvFactorGradients(PendingGradients):
         return grads
 
 
-def _chunks(z: torch.Tensor, fft_size: Tuple[int, ...]):
-    """Slices of z's channels (dimension 1) of `_chunk_channels` channels each."""
-    step = _chunk_channels(z.shape[0], z.dtype, z.device, fft_size)
-    return [slice(c, min(c + step, z.shape[1])) for c in range(0, z.shape[1], step)]
+def _chunks(spectra: WindowSpectra | SeededSpectra) -> list[slice]:
+    """Slices of the spectra's channels of `_chunk_channels` channels each."""
+    step = _chunk_channels(spectra.realizations, spectra.dtype, spectra.device, spectra.fft_size)
+    return [slice(c, min(c + step, spectra.channels)) for c in range(0, spectra.channels, step)]
 
 
 def _chunk_channels(realizations: int, dtype: torch.dtype, device: torch.device, fft_size: Tuple[int, ...]) -> int:
@@ -346,15 +393,3 @@ def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Ten
     if out is None:
         return x.permute(2, 1, 0).contiguous()
     return out.copy_(x.permute(2, 1, 0))
-
-
-def _padded_rfft(x: torch.Tensor, fft_size: Tuple[int, ...]) -> torch.Tensor:
-    """rfftn over the trailing len(fft_size) dimensions of x, zero-padded to fft_size. In 1-D the
-    signal is copied into a padded buffer first (what rfft's own padding does with an extra pass)."""
-    if len(fft_size) > 1:
-        return torch.fft.rfftn(x, s=fft_size, dim=tuple(range(x.dim() - len(fft_size), x.dim())))
-    n = x.shape[-1]
-    padded = x.new_empty(*x.shape[:-1], fft_size[0])
-    padded[..., :n].copy_(x)
-    padded[..., n:].zero_()
-    return torch.fft.rfft(padded)

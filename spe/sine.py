@@ -56,6 +56,10 @@ class SineSPE(nn.Module):
         noise = self.draw_noise(shape[1], num_realizations)
         return self.codes(noise, 0, shape[1])
 
+    def code_parameter(self) -> torch.Tensor:
+        """The parameter whose device and dtype the noise and codes take."""
+        return self.freqs
+
     def draw_noise(self, length: Optional[int] = None, num_realizations: Optional[int] = None,
                    generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """The random part of one realisation: (H, D, 2K, R) i.i.d. N(0, 1).

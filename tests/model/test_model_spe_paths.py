@@ -153,13 +153,16 @@ def test_code_paths_run_under_bf16_autocast(make_model, tokens, pe, path):
 
 
 @pytest.mark.skipif(not compiled_available(), reason="the factored convSPE gradient needs spe_kernels")
-def test_conv_noise_from_its_seed_gives_the_same_training_step(make_model, tokens):
-    """conv_spe draws each code noise from a seed (PositionalNoise.code_seeds): a training pass then
-    draws the noise again in its backward instead of keeping it. Gradients equal those of the
-    same noise kept (no seeds); a noise changed in place, or replaced, is no longer its seed's."""
+def test_conv_noise_from_its_seed_gives_the_same_training_step(make_model, tokens, monkeypatch):
+    """conv_spe draws each code noise from a seed (PositionalNoise.code_seeds): a pass over the whole
+    noise then filters its spectra drawn from the seed (`ConvSPE.seeded_code`), forward and backward,
+    without the noise. Gradients equal those of the same noise kept (no seeds); a noise changed in
+    place is no longer its seed's; the model's own draw is never formed."""
     from dataclasses import replace
 
-    model = make_model("conv_spe").train()
+    from spe import ConvSPE
+
+    model = make_model("conv_spe").double().train()
     noise = model.draw_positional_noise(tokens.shape[1])
     assert noise.seed(0) is not None
     grads = []
@@ -174,6 +177,27 @@ def test_conv_noise_from_its_seed_gives_the_same_training_step(make_model, token
     assert noise.seed(0) is None
     assert model.draw_positional_noise(5).seed(0) != model.draw_positional_noise(5).seed(0)
     assert make_model("sine_spe").draw_positional_noise(5).seed(0) is None
+
+    def forming(*args, **kwargs):
+        raise AssertionError("the model formed the noise of its own draw")
+
+    monkeypatch.setattr(ConvSPE, "noise_from_seed", forming)
+    model(tokens, tokens)[1].backward()                                 # a training step
+    with torch.no_grad():                                               # an evaluation pass (a long one:
+        model.eval()(tokens.repeat(1, 6))                               # short ones read cached blocks)
+
+
+def test_unformed_noise_is_formed_from_its_seed_when_needed(make_model):
+    """A model's own draw keeps conv_spe's noise as its seed; what needs the noise (here extending
+    it) forms it from the seed: the noise `draw_positional_noise` gives for that seed."""
+    model = make_model("conv_spe")
+    lazy = model.pe.draw_noise(12, torch.Generator().manual_seed(3), formed=False)
+    eager = model.pe.draw_noise(12, torch.Generator().manual_seed(3))
+    assert lazy.code_noises == [None] and lazy.seed(0) == eager.seed(0)
+    longer = model.extend_positional_noise(lazy, 20)
+    torch.testing.assert_close(lazy.code_noises[0], eager.code_noises[0], atol=0, rtol=0)
+    assert lazy.seed(0) == eager.seed(0)                                # formed, unchanged: still its seed's
+    torch.testing.assert_close(longer.code_noises[0][..., :eager.code_noises[0].shape[-1]], eager.code_noises[0])
 
 
 @pytest.mark.skipif(not compiled_available(), reason="float16 codes need the compiled spe_kernels")

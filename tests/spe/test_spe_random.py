@@ -97,4 +97,7 @@ def test_conv_noise_follows_the_generator():
     torch.manual_seed(7)
     seed = draw_seed()
     torch.manual_seed(7)
-    torch.testing.assert_close(pe.draw_noise(20), normal((4, 6, 24), seed), atol=0, rtol=0)
+    torch.testing.assert_close(pe.draw_noise(20), pe.noise_from_seed(20, seed), atol=0, rtol=0)
+    image = ConvSPE(2, 2, 3, 4, 5)                                      # 2-D: drawn sample by sample
+    torch.manual_seed(7)
+    torch.testing.assert_close(image.draw_noise((6, 7)), normal((4, 6, 10, 11), seed), atol=0, rtol=0)

@@ -10,6 +10,7 @@ import spe.conv
 import spe.shared as shared_module
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
 from spe.contract import compiled_available, compiled_kernels
+from spe.spectra import SeededSpectra, WindowSpectra
 from spe.workspace import Workspace
 from spe_helpers import layers_loss
 
@@ -227,12 +228,10 @@ def test_frequencies_changed_between_forward_and_backward_raise():
 
 
 @pytest.mark.parametrize("flush_rows", [shared_module.FACTOR_FLUSH_ROWS, 4])
-def test_conv_code_from_a_seed_draws_its_noise_again(monkeypatch, flush_rows):
-    """Given the seed of a noise covering exactly the code's positions, the convSPE factored code
-    keeps no reference to the noise (it is freed with the caller's) and draws it again in the
-    backward: values and gradients equal the tuple path's; chunks of 3 channels."""
-    import weakref
-
+def test_conv_code_from_a_seed_draws_its_spectra_again(monkeypatch, flush_rows):
+    """`ConvSPE.seeded_code` filters the spectra drawn from the seed and draws them again in the
+    backward, keeping no noise: values and gradients equal the tuple path's on the noise that seed
+    gives (`noise_from_seed`); chunks of 3 channels."""
     monkeypatch.setattr(shared_module, "FACTOR_FLUSH_ROWS", flush_rows)
     monkeypatch.setattr(spe.conv, "CHUNK_BYTES", 3 * 6 * 18 * 8)       # 3 channels of R 6, FFT 18, float64
     pe, filters, _, inputs, eps = setup(6, conv=True)
@@ -240,18 +239,14 @@ def test_conv_code_from_a_seed_draws_its_noise_again(monkeypatch, flush_rows):
     positions = N + 4
     noise = pe.noise_from_seed(positions, seed, 6)
     expected_outs, expected = run_layers(pe, filters, noise, inputs, eps, factored=False)
-    code = pe.shared_code(noise, 0, positions, seed=seed)
-    assert code.gradients.z is None
-    alive = weakref.ref(noise)
-    del noise
-    assert alive() is None                                              # nothing but the caller held it
+    code = pe.seeded_code(seed, positions, 6)
+    assert isinstance(code.gradients.spectra, SeededSpectra)
     outs, grads = run_layers(pe, filters, 6, inputs, eps, factored=True, code=code)
     torch.testing.assert_close(outs, expected_outs)
     torch.testing.assert_close(list(grads), list(expected))
 
 
-def test_conv_code_keeps_a_noise_window_whatever_the_seed():
-    """A window that is not the whole noise (here a later start) keeps its noise: the seed only
-    serves whole draws."""
+def test_conv_code_of_a_noise_keeps_its_window():
+    """A code of a given noise (here a later window) keeps that window for its backward."""
     pe, _, noise, _, _ = setup(6, conv=True)
-    assert pe.shared_code(noise, 700, N + 4, seed=1).gradients.z is not None
+    assert isinstance(pe.shared_code(noise, 700, N + 4).gradients.spectra, WindowSpectra)
