@@ -43,9 +43,12 @@ def draw_seed(generator: Optional[torch.Generator] = None) -> int:
 
 
 def normal(shape: Sequence[int], seed: int, offset: int = 0, device: Optional[torch.device] = None,
-           dtype: Optional[torch.dtype] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+           dtype: Optional[torch.dtype] = None, out: Optional[torch.Tensor] = None,
+           row_stride: Optional[int] = None) -> torch.Tensor:
     """Samples offset .. offset + prod(shape) - 1 of the draw keyed by `seed`, as a `shape` tensor
-    (new, or `out`: contiguous, of that shape; its device and dtype then)."""
+    (new, or `out`: contiguous, of that shape; its device and dtype then). With `row_stride`, row r
+    (the first dimension, of L values) holds samples offset + r row_stride .. + L - 1 instead: rows
+    spaced out in the draw, in one call."""
     if not 0 <= seed < 2**64 or offset < 0:
         raise ValueError(f"seed must be in [0, 2^64) and offset >= 0, got {seed} and {offset}")
     shape = tuple(int(s) for s in shape)
@@ -54,11 +57,23 @@ def normal(shape: Sequence[int], seed: int, offset: int = 0, device: Optional[to
         out = torch.empty(shape, dtype=torch.get_default_dtype() if dtype is None else dtype, device=device)
     elif tuple(out.shape) != shape or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {shape} tensor, got {tuple(out.shape)}")
+    rows = shape[0] if shape and shape[0] > 0 else 1
+    row = out.numel() // rows
+    if row_stride is None:
+        row_stride = row
+    elif rows > 1 and row_stride < row:
+        raise ValueError(f"row_stride must be at least a row's {row} values, got {row_stride}")
     kernels = compiled_kernels()
     if out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64) and hasattr(kernels, "normal_fill"):
-        kernels.normal_fill(out, seed - 2**64 if seed >= 2**63 else seed, offset)  # the 64 bits, signed
+        signed = seed - 2**64 if seed >= 2**63 else seed                # the 64 bits, signed
+        kernels.normal_fill(out, signed, offset, row_stride)
         return out
-    return out.copy_(_normal_reference(seed, offset, out.numel(), out.device).view(shape))
+    if row_stride == row:
+        return out.copy_(_normal_reference(seed, offset, out.numel(), out.device).view(shape))
+    flat = out.view(rows, row)
+    for r in range(rows):
+        flat[r].copy_(_normal_reference(seed, offset + r * row_stride, row, out.device))
+    return out
 
 
 def philox(counter: Sequence[torch.Tensor], key: Sequence[int]) -> tuple[torch.Tensor, ...]:

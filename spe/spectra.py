@@ -67,8 +67,7 @@ class SeededSpectra:
         half = self.fft_size[0] // 2 + 1
         R, C, c0 = self.realizations, self.channels, channels.start
         out = torch.empty(R, channels.stop - c0, half, 2, dtype=self.dtype, device=self.device)
-        for r in range(R):
-            normal(out.shape[1:], self.seed, (r * C + c0) * 2 * half, out=out[r])
+        normal(out.shape, self.seed, c0 * 2 * half, out=out, row_stride=C * 2 * half)
         return torch.view_as_complex(out)                              # (R, c, F')
 
     def noise(self, length: int, channel_chunks: list[slice]) -> torch.Tensor:

@@ -38,7 +38,7 @@ void sine_pairs_phase_backward(at::Tensor& sums, at::Tensor& grad_z, const std::
                                const std::vector<at::Tensor>& gs, const std::vector<c10::optional<at::Tensor>>& scales,
                                const at::Tensor& omega, const at::Tensor& z);
 at::Tensor swap_outer(const at::Tensor& x, c10::optional<at::Tensor> out);                   // layout.cpp
-void normal_fill(at::Tensor& out, int64_t seed, int64_t offset);                                 // normal.cpp
+void normal_fill(at::Tensor& out, int64_t seed, int64_t offset, int64_t row_stride);            // normal.cpp
 std::vector<int64_t> philox4x32(const std::vector<int64_t>& counter, const std::vector<int64_t>& key);
 void accumulate_positions_last(at::Tensor& out, const std::vector<at::Tensor>& xs, const std::vector<at::Tensor>& gs,
                                const std::vector<c10::optional<at::Tensor>>& scales, int64_t h0);
@@ -318,8 +318,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("z"));
   m.def("swap_outer", &swap_outer, "out[b,c,a] = x[a,c,b]: (A, C, B) -> (B, C, A), new or into out",
         py::arg("x"), py::arg("out") = py::none());
-  m.def("normal_fill", &normal_fill, "out = samples offset .. offset+numel-1 of the normal draw keyed by seed",
-        py::arg("out"), py::arg("seed"), py::arg("offset") = 0);
+  m.def("normal_fill", &normal_fill,
+        "out[r] = samples offset + r row_stride .. of the normal draw keyed by seed (row_stride -1: a row's length)",
+        py::arg("out"), py::arg("seed"), py::arg("offset") = 0, py::arg("row_stride") = -1);
   m.def("philox4x32", &philox4x32, "Philox4x32-10 of one counter (4 words) and key (2 words)",
         py::arg("counter"), py::arg("key"));
   m.def("accumulate_positions_last", &accumulate_positions_last,

@@ -131,18 +131,28 @@ void fill(scalar_t* out, int64_t first, int64_t count, uint32_t k0, uint32_t k1)
 
 }  // namespace
 
-// Fills the contiguous float32 / float64 tensor out with samples offset .. offset + numel - 1 of the
-// draw keyed by seed (its 64 bits are Philox's key).
-void normal_fill(at::Tensor& out, int64_t seed, int64_t offset) {
+// Fills the contiguous float32 / float64 tensor out with samples of the draw keyed by seed (its 64
+// bits are Philox's key): row r of out (its first dimension, of L values) with samples
+// offset + r row_stride .. offset + r row_stride + L - 1; row_stride -1 means L (then out holds samples
+// offset .. offset + numel - 1). One parallel loop over all rows: a chunk of channels of a noise
+// spectrum (spe/spectra.py) is one call, not one per realisation.
+void normal_fill(at::Tensor& out, int64_t seed, int64_t offset, int64_t row_stride) {
   TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(), "out must be a contiguous CPU tensor");
   TORCH_CHECK(offset >= 0, "offset must be >= 0, got ", offset);
   const uint32_t k0 = uint32_t(uint64_t(seed)), k1 = uint32_t(uint64_t(seed) >> 32);
   const int64_t n = out.numel(), grain = 4 * kBlock * 64;
+  const int64_t rows = out.dim() == 0 || out.size(0) == 0 ? 1 : out.size(0), row = n / rows;
+  if (row_stride < 0) row_stride = row;
+  TORCH_CHECK(rows == 1 || row_stride >= row, "row_stride must be at least a row's ", row, " values, got ", row_stride);
   dispatch(out, [&](auto zero) {
     using scalar_t = decltype(zero);
     scalar_t* op = out.data_ptr<scalar_t>();
     at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
-      fill<scalar_t>(op + begin, offset + begin, end - begin, k0, k1);
+      for (int64_t i = begin; i < end;) {  // the part of each row within [begin, end)
+        const int64_t r = i / row, stop = std::min(end, (r + 1) * row);
+        fill<scalar_t>(op + i, offset + r * row_stride + (i - r * row), stop - i, k0, k1);
+        i = stop;
+      }
     });
   });
 }

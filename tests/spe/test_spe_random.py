@@ -101,3 +101,19 @@ def test_conv_noise_follows_the_generator():
     image = ConvSPE(2, 2, 3, 4, 5)                                      # 2-D: drawn sample by sample
     torch.manual_seed(7)
     torch.testing.assert_close(image.draw_noise((6, 7)), normal((4, 6, 10, 11), seed), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["kernel", "reference"])
+def test_rows_spaced_out_in_the_draw(monkeypatch, compiled):
+    """row_stride: row r holds the samples from offset + r row_stride, as separate draws of each row."""
+    if compiled and not hasattr(KERNELS, "normal_fill"):
+        pytest.skip("spe_kernels is not installed")
+    if not compiled:
+        monkeypatch.setattr(random_module, "compiled_kernels", lambda: None)
+    out = torch.empty(5, 3, 70)                                         # rows of 210 samples, 4 kernel blocks
+    normal(out.shape, 9, 33, out=out, row_stride=1000)
+    for r in range(5):
+        torch.testing.assert_close(out[r], normal((3, 70), 9, 33 + r * 1000), atol=0, rtol=0)
+    torch.testing.assert_close(normal((5, 3, 70), 9, 33, row_stride=210), normal((5, 3, 70), 9, 33), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="row_stride"):
+        normal((5, 3, 70), 9, row_stride=100)
