@@ -323,7 +323,8 @@ class StochasticPE(PositionalEncoding):
             # so that a parallel forward equals the generation steps (which read float32 blocks)
             code_dtype = self.code_dtype if torch.is_grad_enabled() else None
             if seed is not None and start == 0 and length == noise.length:  # the whole noise: by its seed
-                return spe.seeded_code(seed, length, self.num_realizations, backend, code_dtype)
+                return spe.seeded_code(seed, length, self.num_realizations, backend, code_dtype,
+                                       noise=noise.code_noises[index])
             return spe.shared_code(self.code_noise(noise, index), start, length, backend, code_dtype=code_dtype)
         return SharedCode(*self._code(index, noise, start, length), backend)
 

@@ -126,15 +126,17 @@ class ConvSPE(nn.Module):
         return self._factored_code(WindowSpectra(z, fft_size), size, code_dtype)
 
     def seeded_code(self, seed: int, length: int, num_realizations: Optional[int] = None,
-                    backend: Optional[str] = None, code_dtype: Optional[torch.dtype] = None) -> SharedCode:
+                    backend: Optional[str] = None, code_dtype: Optional[torch.dtype] = None,
+                    noise: Optional[torch.Tensor] = None) -> SharedCode:
         """`shared_code(noise_from_seed(length, seed, R), 0, length, backend, code_dtype)`, equal up to
         float rounding, without ever forming the noise where `shared_code` takes the factored path:
         the forward filters the noise's spectra drawn from the seed, the backward draws them again
-        chunk by chunk. Elsewhere, that very call."""
+        chunk by chunk. Elsewhere, that very call, on `noise` when the caller has it formed."""
         r = self.num_realizations if num_realizations is None else num_realizations
         weight = self.conv_q.weight
         if not self._factored(weight, backend):
-            return self.shared_code(self.noise_from_seed(length, seed, r), 0, length, backend, code_dtype)
+            noise = self.noise_from_seed(length, seed, r) if noise is None else noise
+            return self.shared_code(noise, 0, length, backend, code_dtype)
         size = self._as_tuple(length, "length")
         if size[0] < 1:
             raise ValueError(f"length must be >= 1, got {length}")

@@ -74,3 +74,22 @@ def test_window_spectra_are_padded_transforms():
     torch.testing.assert_close(spectra.chunk(slice(1, 3)), torch.fft.rfft(z[:, 1:3], 16))
     image = torch.randn(2, 3, 5, 6, dtype=torch.float64)
     torch.testing.assert_close(padded_rfft(image, (8, 9)), torch.fft.rfftn(image, s=(8, 9), dim=(2, 3)))
+
+
+def test_seeded_code_off_the_factored_path_reads_the_noise_given(monkeypatch):
+    """Where the factored path does not apply (here the torch backend), `seeded_code` is `shared_code`
+    on the noise of that seed: the caller's formed noise when given, else formed from the seed."""
+    pe = ConvSPE(1, 2, 3, 5, kernel_size=4).double()
+    noise = pe.noise_from_seed(10, 7)
+    qbar, kbar = pe.codes(noise, 0, 10)
+    formed = pe.seeded_code(7, 10, backend="torch")
+
+    def forming(*args, **kwargs):
+        raise AssertionError("formed the noise again")
+
+    monkeypatch.setattr(ConvSPE, "noise_from_seed", forming)
+    given = pe.seeded_code(7, 10, backend="torch", noise=noise)
+    for code in (formed, given):
+        assert code.backend == "torch"
+        torch.testing.assert_close(code.codes[0], qbar.view(10, 2, 3, 5))
+        torch.testing.assert_close(code.codes[1], kbar.view(10, 2, 3, 5))
