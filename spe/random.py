@@ -70,10 +70,9 @@ def normal(shape: Sequence[int], seed: int, offset: int = 0, device: Optional[to
         return out
     if row_stride == row:
         return out.copy_(_normal_reference(seed, offset, out.numel(), out.device).view(shape))
-    flat = out.view(rows, row)
-    for r in range(rows):
-        flat[r].copy_(_normal_reference(seed, offset + r * row_stride, row, out.device))
-    return out
+    starts = offset + row_stride * torch.arange(rows, device=out.device)  # (rows,)
+    index = starts[:, None] + torch.arange(row, device=out.device)       # (rows, row)
+    return out.copy_(_normal_reference_at(seed, index).view(shape))
 
 
 def philox(counter: Sequence[torch.Tensor], key: Sequence[int]) -> tuple[torch.Tensor, ...]:
@@ -95,6 +94,23 @@ def _mulhilo(m: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     low = (low_part + ((high_part & 0xFFFF) << 16)) & MASK
     high = (high_part + (low_part >> 16)) >> 16
     return high, low
+
+
+def _normal_reference_at(seed: int, index: torch.Tensor) -> torch.Tensor:
+    """Samples `index` (an int64 tensor of sample numbers, any shape) by the module's definition, as
+    float32 of that shape: Philox of each sample's own counter (the samples of a counter are not
+    shared, unlike `_normal_reference`, which serves contiguous ranges)."""
+    block, within = index // (4 * BLOCK), index % (4 * BLOCK)
+    word, lane = within // BLOCK, within % BLOCK                        # sample = word `word` of its counter
+    counters = block * BLOCK + lane
+    zero = torch.zeros_like(counters)
+    w0, w1, w2, w3 = philox((counters & MASK, counters >> 32, zero, zero), (seed & MASK, (seed >> 32) & MASK))
+    first = word < 2                                                    # words 0, 1: the pair (w0, w1)
+    u = ((torch.where(first, w0, w2) >> 8) + 1).to(torch.float32) * 2.0**-24  # (0, 1]
+    v = (torch.where(first, w1, w3) >> 8).to(torch.float32) * 2.0**-24        # [0, 1)
+    radius = torch.sqrt(-2.0 * torch.log(u))
+    angle = 2.0 * math.pi * v.to(torch.float64)
+    return radius * torch.where(word % 2 == 0, torch.cos(angle), torch.sin(angle)).to(torch.float32)
 
 
 def _normal_reference(seed: int, offset: int, count: int, device: torch.device) -> torch.Tensor:

@@ -117,3 +117,14 @@ def test_rows_spaced_out_in_the_draw(monkeypatch, compiled):
     torch.testing.assert_close(normal((5, 3, 70), 9, 33, row_stride=210), normal((5, 3, 70), 9, 33), atol=0, rtol=0)
     with pytest.raises(ValueError, match="row_stride"):
         normal((5, 3, 70), 9, row_stride=100)
+
+
+def test_reference_at_any_index_equals_the_ranges():
+    """The per-sample reference (rows spaced out, on devices without the kernel) gives the samples
+    of the range reference exactly, words 0-3 of a counter included."""
+    from spe.random import _normal_reference_at
+
+    index = torch.tensor([[0, 1, 63, 64, 127, 128, 255], [256, 300, 4 * BLOCK * 7 + 200, 5, 6, 7, 8]])
+    for seed in (3, 2**63 + 11):
+        whole = _normal_reference(seed, 0, int(index.max()) + 1, torch.device("cpu"))
+        torch.testing.assert_close(_normal_reference_at(seed, index), whole[index], atol=0, rtol=0)

@@ -93,3 +93,14 @@ def test_seeded_code_off_the_factored_path_reads_the_noise_given(monkeypatch):
         assert code.backend == "torch"
         torch.testing.assert_close(code.codes[0], qbar.view(10, 2, 3, 5))
         torch.testing.assert_close(code.codes[1], kbar.view(10, 2, 3, 5))
+
+
+def test_noise_from_a_seed_without_the_kernel(monkeypatch):
+    """Without the compiled draw (other devices, no extension) the spectra come from the PyTorch
+    reference, rows spaced out in the draw: the same noise to float32 rounding."""
+    import spe.random
+
+    pe = ConvSPE(1, 2, 3, 5, kernel_size=8)
+    compiled = pe.noise_from_seed(40, 11)
+    monkeypatch.setattr(spe.random, "compiled_kernels", lambda: None)
+    torch.testing.assert_close(pe.noise_from_seed(40, 11), compiled, atol=1e-5, rtol=1e-5)
