@@ -78,7 +78,7 @@ def position_nll(model: MusicPerformer, pieces: Sequence[np.ndarray], max_len: i
         if length < 1:
             continue
         ids = torch.as_tensor(np.asarray(piece[:length + 1], dtype=np.int64), device=device)  # (n+1,)
-        noise = model.draw_positional_noise(length, generator=generator)
+        noise = model.draw_positional_noise(length, generator=generator, formed=False)
         _, nll = model(ids[None, :-1], ids[None, 1:], positional_noise=noise, reduction="none")  # (1, n)
         sums[:length] += nll[0].double().cpu().numpy()
         counts[:length] += 1

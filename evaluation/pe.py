@@ -83,7 +83,7 @@ def head_properties(model: MusicPerformer, token: int, length: int, layer: int, 
     tokens = torch.full((1, length), token, dtype=torch.long, device=device)
     values = np.zeros((draws, model.cfg.n_head, 2))
     for draw in range(draws):
-        noise = model.draw_positional_noise(length, generator=generator)
+        noise = model.draw_positional_noise(length, generator=generator, formed=False)
         maps = model.attention_maps(tokens, layer=layer, positional_noise=noise)[0]  # (H, N, N)
         for head in range(maps.shape[0]):
             values[draw, head] = (translation_invariance(maps[head]), monotonicity(maps[head]))

@@ -95,10 +95,12 @@ class MusicPerformer(nn.Module):
         """Number of positions the model can encode (learned_ape: its table; None: any)."""
         return self.pe.max_positions
 
-    def draw_positional_noise(self, length: int, generator: torch.Generator | None = None
+    def draw_positional_noise(self, length: int, generator: torch.Generator | None = None, formed: bool = True
                               ) -> PositionalNoise | None:
-        """One SPE realisation for positions 0 .. length-1, shared by the batch (None if not SPE)."""
-        return self.pe.draw_noise(length, generator)
+        """One SPE realisation for positions 0 .. length-1, shared by the batch (None if not SPE).
+        formed=False leaves convSPE's noise as its seed until a pass needs it formed (a noise only
+        handed to `forward` over all its positions never is)."""
+        return self.pe.draw_noise(length, generator, formed)
 
     def extend_positional_noise(self, positional_noise: PositionalNoise | None, length: int,
                                 generator: torch.Generator | None = None) -> PositionalNoise | None:
@@ -174,7 +176,7 @@ class MusicPerformer(nn.Module):
                              f"{int(tokens.min())} .. {int(tokens.max())}")
         length = tokens.shape[1]
         if positional_noise is None:
-            positional_noise = self.pe.draw_noise(start + length, formed=False)  # its own: formed if needed
+            positional_noise = self.draw_positional_noise(start + length, formed=False)  # formed if needed
         context = self.pe.context(positional_noise, start, length, batch=tokens.shape[0])
         x = self.embedding(tokens) * math.sqrt(self.cfg.d_model)  # (B, N, C)
         return self.dropout(self.pe.embed(x, start)), context
