@@ -96,20 +96,29 @@ def _mulhilo(m: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return high, low
 
 
+def _counter_words(seed: int, counters: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The four Philox words of each counter (an int64 tensor of values < 2^64) under key `seed`."""
+    zero = torch.zeros_like(counters)
+    return philox((counters & MASK, counters >> 32, zero, zero), (seed & MASK, (seed >> 32) & MASK))
+
+
+def _polar(w: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Box-Muller's (radius, angle) of a pair of words: u = (w >> 8 + 1) 2^-24 in (0, 1],
+    v = (w2 >> 8) 2^-24 in [0, 1); radius sqrt(-2 log u) (float32), angle 2 pi v (float64)."""
+    u = ((w >> 8) + 1).to(torch.float32) * 2.0**-24
+    v = (w2 >> 8).to(torch.float32) * 2.0**-24
+    return torch.sqrt(-2.0 * torch.log(u)), 2.0 * math.pi * v.to(torch.float64)
+
+
 def _normal_reference_at(seed: int, index: torch.Tensor) -> torch.Tensor:
     """Samples `index` (an int64 tensor of sample numbers, any shape) by the module's definition, as
     float32 of that shape: Philox of each sample's own counter (the samples of a counter are not
     shared, unlike `_normal_reference`, which serves contiguous ranges)."""
     block, within = index // (4 * BLOCK), index % (4 * BLOCK)
     word, lane = within // BLOCK, within % BLOCK                        # sample = word `word` of its counter
-    counters = block * BLOCK + lane
-    zero = torch.zeros_like(counters)
-    w0, w1, w2, w3 = philox((counters & MASK, counters >> 32, zero, zero), (seed & MASK, (seed >> 32) & MASK))
+    w0, w1, w2, w3 = _counter_words(seed, block * BLOCK + lane)
     first = word < 2                                                    # words 0, 1: the pair (w0, w1)
-    u = ((torch.where(first, w0, w2) >> 8) + 1).to(torch.float32) * 2.0**-24  # (0, 1]
-    v = (torch.where(first, w1, w3) >> 8).to(torch.float32) * 2.0**-24        # [0, 1)
-    radius = torch.sqrt(-2.0 * torch.log(u))
-    angle = 2.0 * math.pi * v.to(torch.float64)
+    radius, angle = _polar(torch.where(first, w0, w2), torch.where(first, w1, w3))
     return radius * torch.where(word % 2 == 0, torch.cos(angle), torch.sin(angle)).to(torch.float32)
 
 
@@ -117,14 +126,10 @@ def _normal_reference(seed: int, offset: int, count: int, device: torch.device) 
     """Samples offset .. offset + count - 1 (float32, on device) by the module's definition."""
     first, last = offset // (4 * BLOCK), (offset + count + 4 * BLOCK - 1) // (4 * BLOCK)
     counters = torch.arange(first * BLOCK, last * BLOCK, device=device, dtype=torch.int64)  # (blocks * B)
-    zero = torch.zeros_like(counters)
-    words = philox((counters & MASK, counters >> 32, zero, zero), (seed & MASK, (seed >> 32) & MASK))
+    words = _counter_words(seed, counters)
     samples = []
     for w, w2 in ((words[0], words[1]), (words[2], words[3])):
-        u = ((w >> 8) + 1).to(torch.float32) * 2.0**-24                # (0, 1]
-        v = (w2 >> 8).to(torch.float32) * 2.0**-24                      # [0, 1)
-        radius = torch.sqrt(-2.0 * torch.log(u))
-        angle = 2.0 * math.pi * v.to(torch.float64)
+        radius, angle = _polar(w, w2)
         samples += [radius * torch.cos(angle).to(torch.float32), radius * torch.sin(angle).to(torch.float32)]
     order = torch.stack([s.view(-1, BLOCK) for s in samples], dim=1)    # (blocks, 4, B): the sample order
     start = offset - first * 4 * BLOCK
