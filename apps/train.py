@@ -30,6 +30,7 @@ from data.build import prepare_corpus
 from model import resolve_device
 from training import finetune
 from training.checkpoint import list_checkpoints, read_meta, resolve_checkpoint
+from training.checkpoint_store import clean_stale
 from training.config import RunConfig, apply_overrides, load_config
 from training.distributed import DistEnv
 from training.trainer import Trainer, TrainingDiverged
@@ -48,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set train.lr=1e-4 (repeatable)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from the run directory's latest checkpoint (fresh if none)")
+                        help="continue from the run directory's newest complete checkpoint (fresh if none)")
     parser.add_argument("--init-from", default=None, metavar="MODEL",
                         help="fine-tune: start from the weights of 'pretrained', a run or a checkpoint "
                              "directory (its model config; fresh optimizer and schedule, step 0)")
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
     overrides = list(args.overrides)
     if args.max_steps is not None:
         overrides.append(f"train.max_steps={args.max_steps}")
+    if dist_env.rank == 0:
+        clean_stale(out)  # what a killed run left: temporary, swapped-out and half-pruned folders
     resume_from = resolve_checkpoint(out) if args.resume and list_checkpoints(out) else None
     if resume_from is not None:
         if args.config or args.init_from:

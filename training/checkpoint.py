@@ -6,10 +6,11 @@
         rng.safetensors         tensor RNG states of every process, "<rank>.<name>"
         meta.json               step, epoch, resolved config, tokenizer, scheduler, optimizer
                                 structure, JSON RNG states, model class and parameter count
+        manifest.json           every file's size, written last
     run_dir/checkpoints/latest  text file naming the newest checkpoint directory
 
-A checkpoint is written under a temporary name and renamed when complete, so a crash never leaves
-a half-written one behind `latest`.
+The folders are written, listed and pruned by `training.checkpoint_store`, so that a crash at any
+instant leaves only complete checkpoints under step_* names (each with a manifest, written last).
 
     save_checkpoint(run_dir, model=..., tokenizer=..., config=..., step=..., optimizer=...)
     ckpt = load_checkpoint(run_dir_or_checkpoint_dir, device="cpu")   # model + tokenizer rebuilt
@@ -20,9 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from training.checkpoint_store import POINTER, is_complete, newest_complete, write_checkpoint
+from training.checkpoint_store import list_complete as list_checkpoints  # complete ones, oldest first
 from training.config import RunConfig
 from model import MusicPerformer
 from tokenization import BaseTokenizer, tokenizer_from_dict
@@ -74,14 +75,6 @@ def save_checkpoint(run_dir: str | Path, *, model: torch.nn.Module, tokenizer: B
                     rng: list[RngState] | None = None, keep: int = 0) -> Path:
     """Write run_dir/checkpoints/step_<step>/ atomically, point `latest` at it, keep the newest
     `keep` checkpoints (0: all). Returns the checkpoint directory."""
-    folder = Path(run_dir) / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
-    name = f"step_{step:06d}"
-    tmp = folder / f".tmp_{name}_{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-
-    save_file(_cpu_tensors(model.state_dict()), str(tmp / "model.safetensors"))
     meta: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "step": step,
@@ -95,28 +88,18 @@ def save_checkpoint(run_dir: str | Path, *, model: torch.nn.Module, tokenizer: B
         "torch_version": torch.__version__,
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    if optimizer is not None:
-        tensors, meta["optimizer"] = _flatten_optimizer(optimizer.state_dict())
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
-    if rng is not None:
-        tensors, meta["rng"] = _split_rng(rng)
-        save_file(tensors, str(tmp / "rng.safetensors"))
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
 
-    final = folder / name
-    if final.exists():  # re-saving a step (e.g. after a resume): swap, then drop the old one
-        old = folder / f".old_{name}_{os.getpid()}"
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(final)
-    pointer = folder / f".latest_{os.getpid()}"
-    pointer.write_text(name + "\n")
-    os.replace(pointer, folder / "latest")
-    if keep > 0:
-        for stale in [p for p in list_checkpoints(run_dir) if p != final][:-(keep - 1) or None]:
-            shutil.rmtree(stale)
+    def write_files(folder: Path) -> None:
+        save_file(_cpu_tensors(model.state_dict()), str(folder / "model.safetensors"))
+        if optimizer is not None:
+            tensors, meta["optimizer"] = _flatten_optimizer(optimizer.state_dict())
+            save_file(tensors, str(folder / "optimizer.safetensors"))
+        if rng is not None:
+            tensors, meta["rng"] = _split_rng(rng)
+            save_file(tensors, str(folder / "rng.safetensors"))
+        (folder / "meta.json").write_text(json.dumps(meta, indent=1))
+
+    final = write_checkpoint(run_dir, step, write_files, keep)
     logger.info("saved checkpoint %s", final)
     return final
 
@@ -125,13 +108,6 @@ def run_dir_of(checkpoint_dir: Path) -> Path | None:
     """The run directory a checkpoint directory was saved in (run/checkpoints/step_x -> run), None for
     a checkpoint outside a run (e.g. a shipped model)."""
     return checkpoint_dir.parent.parent if checkpoint_dir.parent.name == "checkpoints" else None
-
-
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoint directories of a run, oldest first."""
-    folder = Path(run_dir) / "checkpoints"
-    found = [p for p in folder.glob("step_*") if (p / "meta.json").is_file()]
-    return sorted(found, key=lambda p: int(p.name.removeprefix("step_")))
 
 
 def _cpu_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -170,19 +146,26 @@ def _split_rng(states: list[RngState]) -> tuple[dict[str, torch.Tensor], list[di
 
 # ----------------------------------------------------------------------------------- loading
 def resolve_checkpoint(path: str | Path) -> Path:
-    """The checkpoint directory named by `path`: a checkpoint, a run dir, or its checkpoints/."""
+    """The checkpoint directory named by `path`: a checkpoint, a run dir or its checkpoints/ (their
+    newest complete checkpoint, whatever `latest` says), or a folder whose `latest` names a model
+    folder (pretrained/)."""
     path = Path(path)
     if (path / "meta.json").is_file():
+        if not is_complete(path):
+            raise ValueError(f"{path} is not a complete checkpoint (files are missing or cut short)")
         return path
-    for folder in (path / "checkpoints", path):
-        pointer = folder / "latest"
-        if pointer.is_file():
-            target = folder / pointer.read_text().strip()
-            if not (target / "meta.json").is_file():
-                raise ValueError(f"{pointer} names {target.name}, which is not a complete checkpoint")
+    for run_dir in (path, path.parent if path.name == "checkpoints" else None):
+        newest = None if run_dir is None else newest_complete(run_dir)
+        if newest is not None:
+            return newest
+    pointer = path / POINTER
+    if pointer.is_file() and not (path / "checkpoints").exists():
+        with pointer.open(errors="replace") as handle:
+            target = path / handle.read(256).strip()
+        if target.parent == path and is_complete(target):
             return target
-    raise ValueError(f"no checkpoint found at {path} (expected a run directory or a checkpoint "
-                     f"directory with meta.json)")
+    raise ValueError(f"no complete checkpoint found at {path} (expected a run directory or a "
+                     f"checkpoint directory with meta.json)")
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def test_round_trip_weights_optimizer_rng(tmp_path, tokenizer):
     path = save_checkpoint(tmp_path, model=model, tokenizer=tokenizer, config=cfg, step=7, epoch=2,
                            optimizer=optimizer, scheduler={"step": 7}, extra={"position": 3},
                            rng=[rng])
-    assert sorted(p.name for p in path.iterdir()) == ["meta.json", "model.safetensors",
+    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "meta.json", "model.safetensors",
                                                       "optimizer.safetensors", "rng.safetensors"]
 
     fresh, fresh_optimizer = trained(cfg, tokenizer, seed=1, steps=1)
@@ -109,11 +109,15 @@ def test_latest_pointer_and_pruning(tmp_path, tokenizer):
 
 
 def test_missing_or_corrupt_checkpoint(tmp_path, tokenizer):
-    with pytest.raises(ValueError, match="no checkpoint"):
+    with pytest.raises(ValueError, match="no complete checkpoint"):
         load_checkpoint(tmp_path)
     cfg = apply_overrides(RunConfig(), TINY)
     model, _ = trained(cfg, tokenizer, steps=0)
     path = save_checkpoint(tmp_path, model=model, tokenizer=tokenizer, config=cfg, step=1)
-    (path / "model.safetensors").write_bytes(b"not a safetensors file")
+    size = (path / "model.safetensors").stat().st_size
+    (path / "model.safetensors").write_bytes(b"not a safetensors file".ljust(size))  # its size, bad content
     with pytest.raises(ValueError, match="cannot read"):
+        load_checkpoint(path)
+    (path / "model.safetensors").write_bytes(b"cut short")
+    with pytest.raises(ValueError, match="not a complete checkpoint"):
         load_checkpoint(path)
