@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from apps.cli import OneLineParser, run_app, threads_argument
-from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, Request, StudioError,
-                                 StudioSession, View, model_choices)
+from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, StudioError, StudioSession, View,
+                                 model_choices, page_request, public_message, whole_number)
 from model import DEVICE_NAMES, resolve_device
 from tokenization import MIDI_SUFFIXES
 
@@ -34,27 +34,29 @@ SIMILARITY_HEADERS = ["sample", "metric", "Q1", "Q2", "Q3", "Q4"]
 class Studio:
     """The page's callbacks over per-browser `StudioSession`s (kept in a gr.State)."""
 
-    def __init__(self, workdir: Path, device: str = "cpu", threads: int = 1) -> None:
+    def __init__(self, workdir: Path, device: str = "cpu", threads: int = 1, runs: Sequence[Path] = ()) -> None:
         self.workdir = workdir
         self.device = device
         self.threads = threads
+        self.runs = list(runs)  # folders of run directories offered as models
 
     def session(self, state: StudioSession | None) -> StudioSession:
         if state is not None:
             return state
-        return StudioSession(self.workdir / uuid.uuid4().hex[:12], self.device, self.threads)
+        return StudioSession(self.workdir / uuid.uuid4().hex[:12], self.device, self.threads, self.runs)
 
     def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
                  progress: Any = None) -> list[Any]:
         session = self.session(state)
-        request = Request(model=model, prompt=prompt, prompt_bars=int(prompt_bars or 1),
-                          length=int(length or 0), unit=unit, temperature=float(temperature),
-                          top_p=float(top_p), seed=int(seed or 0), num_samples=int(samples))
+        try:
+            request = page_request(model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples)
+        except StudioError as error:
+            return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.generate(request, _progress(progress)))
 
     def continue_(self, state, length, unit, progress: Any = None) -> list[Any]:
         session = self.session(state)
-        return self._act(session, lambda: session.continue_(int(length or 0), unit, _progress(progress)))
+        return self._act(session, lambda: session.continue_(whole_number(length, "length", 0), unit, _progress(progress)))
 
     def undo(self, state) -> list[Any]:
         session = self.session(state)
@@ -73,7 +75,7 @@ class Studio:
             view = action()
         except StudioError as error:
             logger.info("studio: %s", error)
-            return _unchanged(session, f"**Error:** {error}")
+            return _unchanged(session, f"**Error:** {public_message(error)}")
         return _outputs(session, view, 1)
 
 
@@ -105,7 +107,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
     """The gradio Blocks of the studio (not launched)."""
     import gradio as gr
 
-    studio = Studio(workdir, device, threads)
+    studio = Studio(workdir, device, threads, runs)
     choices = model_choices(list(runs))
     with gr.Blocks(title="SPE studio") as app:
         gr.Markdown("# SPE studio\nGenerate music with a Performer + stochastic positional encoding model, "
@@ -114,7 +116,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
         with gr.Row():
             with gr.Column(scale=1):
                 model = gr.Dropdown(choices=choices, value=choices[0] if choices else None,
-                                    allow_custom_value=True, label="Model (shipped, or a run directory)")
+                                    label="Model (shipped, or a run directory under --runs)")
                 prompt = gr.File(label=f"MIDI prompt (optional, up to {MAX_UPLOAD_BYTES // 2**20} MiB)",
                                  file_types=list(MIDI_SUFFIXES), type="filepath", height=110, elem_id="prompt")
                 prompt_bars = gr.Slider(1, 32, value=4, step=1, label="Prompt bars kept", elem_id="prompt_bars")

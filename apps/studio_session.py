@@ -16,18 +16,20 @@ one-line message that the page shows; anything else is a bug and keeps its trace
 from __future__ import annotations
 
 import logging
+import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from generation.audio import AudioConfig
 from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
-from generation.sampling import Decoder, GenerationResult, SamplingConfig, seeded_generator
+from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
-from training.checkpoint import PRETRAINED, load_model, shipped_default, shipped_model, shipped_models
+from training.checkpoint import PRETRAINED, list_checkpoints, load_model, shipped_default, shipped_models
 
 logger = logging.getLogger(__name__)
 
@@ -39,17 +41,28 @@ MAX_TOKENS = 4096  # tokens one generate / continue may add per sample
 MAX_BARS = 64  # bars one generate / continue may add
 TOKENS_PER_BAR = 256  # token budget per requested bar (a dense piano bar takes ~50-200 REMI tokens)
 UNITS = ("bars", "tokens")
+UNKNOWN_MODEL = "unknown model: choose one of the models in the list"
 
 Progress = Callable[[float, str], None]  # (fraction done, description)
 
 
 class StudioError(ValueError):
-    """A user mistake, shown as a message in the page."""
+    """A user mistake, shown as a message in the page (`public_message`)."""
+
+
+# an absolute path inside a message: "/" after the start, a space, a quote or a bracket, then parts
+_ABSOLUTE_PATH = re.compile(r"""(?<![\w.:/])/(?:[^\s'"/()\[\]]+/)*([^\s'"/()\[\]]*)""")
+
+
+def public_message(error: StudioError) -> str:
+    """The error's message for a page that any client of the port may read: every absolute path
+    replaced by its last part, so that no server path shows."""
+    return _ABSOLUTE_PATH.sub(lambda match: match.group(1) or "/", str(error))
 
 
 @dataclass
 class Request:
-    model: str = SHIPPED  # SHIPPED or a run / checkpoint directory
+    model: str = SHIPPED  # one of `model_choices`: SHIPPED, "NAME (shipped)" or a run directory
     prompt: str | None = None  # uploaded MIDI file, or None to start from nothing
     prompt_bars: int = 4  # bars of the prompt kept
     length: int = 4  # how much to generate, in `unit`
@@ -91,19 +104,50 @@ class Step:
     view: View  # what it produced
 
 
-def model_path(choice: str | None) -> Path:
-    """The directory a model choice names (SHIPPED: the default shipped model; "NAME (shipped)": that
-    shipped model)."""
-    if choice is None or not str(choice).strip() or choice == SHIPPED:
+def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: Any, temperature: Any,
+                 top_p: Any, seed: Any, samples: Any) -> Request:
+    """A Request from the page's raw values (numbers arrive as int, float, text or None: a client of
+    the HTTP API sends what it likes); a StudioError names the field of a value that is not a number
+    of its kind."""
+    return Request(model=model, prompt=prompt, prompt_bars=whole_number(prompt_bars, "prompt bars", 1),
+                   length=whole_number(length, "length", 0), unit=unit, temperature=finite_number(temperature, "temperature"),
+                   top_p=finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0), num_samples=whole_number(samples, "samples", 1))
+
+
+def whole_number(value: Any, name: str, default: int) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        number = float(value) if not isinstance(value, int) else value
+        if isinstance(number, float) and not number.is_integer():
+            raise ValueError
+        return int(number)
+    except (TypeError, ValueError, OverflowError):
+        raise StudioError(f"{name} must be a whole number, got {value!r}") from None
+
+
+def finite_number(value: Any, name: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise StudioError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def model_path(choice: str | None, runs: Sequence[Path] = ()) -> Path:
+    """The directory a model choice names: SHIPPED (the default shipped model), "NAME (shipped)"
+    (that shipped model) or a run directory of `model_choices(runs)`. Any other value, an existing
+    path or not, is the same StudioError: a client of the page opens nothing else on the disk."""
+    choice = SHIPPED if choice is None or not str(choice).strip() else str(choice).strip()
+    if choice not in model_choices(list(runs)):
+        raise StudioError(UNKNOWN_MODEL)
+    if choice == SHIPPED:
         return PRETRAINED
-    choice = str(choice).strip()
-    shipped = shipped_model(choice[:-len(SHIPPED_SUFFIX)]) if choice.endswith(SHIPPED_SUFFIX) else None
-    if shipped is not None:
-        return shipped
-    path = Path(choice).expanduser()
-    if not path.exists():
-        raise StudioError(f"model not found: {path}")
-    return path
+    if choice.endswith(SHIPPED_SUFFIX):
+        return shipped_models()[choice[:-len(SHIPPED_SUFFIX)]]
+    return Path(choice)
 
 
 def model_choices(search: list[Path]) -> list[str]:
@@ -111,11 +155,11 @@ def model_choices(search: list[Path]) -> list[str]:
     under the `search` folders."""
     choices = [SHIPPED] if shipped_default() is not None else []
     choices += [name + SHIPPED_SUFFIX for name in shipped_models()]
-    for root in search:
-        if (root / "checkpoints" / "latest").is_file():
+    for root in map(Path, search):
+        if list_checkpoints(root):
             choices.append(str(root))
         elif root.is_dir():
-            choices += [str(p.parent.parent) for p in sorted(root.glob("*/checkpoints/latest"))]
+            choices += [str(run) for run in sorted(root.iterdir()) if run.is_dir() and list_checkpoints(run)]
     return list(dict.fromkeys(choices))
 
 
@@ -141,8 +185,10 @@ def check_upload(path: str | Path | None) -> Path | None:
 class StudioSession:
     """One person's studio state (see the module docstring)."""
 
-    def __init__(self, workdir: str | Path, device: str = "cpu", threads: int = 1) -> None:
+    def __init__(self, workdir: str | Path, device: str = "cpu", threads: int = 1,
+                 runs: Sequence[Path] = ()) -> None:
         self.workdir = Path(workdir)
+        self.runs = [Path(r) for r in runs]  # folders of run directories offered besides the shipped models
         self.device = torch.device(device)
         self.threads = threads  # torch CPU threads of the calling thread (set per action: web servers
         # run callbacks in worker threads, which do not inherit the main thread's setting)
@@ -160,7 +206,7 @@ class StudioSession:
         torch.set_num_threads(self.threads)
         _check_settings(request.length, request.unit, request.num_samples)
         prompt_file = check_upload(request.prompt)
-        ckpt = self._load(model_path(request.model))
+        ckpt = self._load(request.model)
         try:  # the model's own nucleus scope; top-p and temperature from the request
             sampling = SamplingConfig(top_p=float(request.top_p), temperature=float(request.temperature),
                                       nucleus=ckpt.config.generate.nucleus)
@@ -173,7 +219,10 @@ class StudioSession:
         else:
             prompt, reference = self._prompt(tokenizer, prompt_file, int(request.prompt_bars))
         budget = self._budget(request.length, request.unit)
-        generator = seeded_generator(int(request.seed), self.device)
+        try:
+            generator = seeded_generator(check_seed(request.seed), self.device)
+        except ValueError as error:
+            raise StudioError(str(error)) from None
         try:
             decoder = Decoder(ckpt.model, tokenizer, prompt, int(request.num_samples), sampling, generator,
                               capacity=len(prompt) + budget)
@@ -204,13 +253,16 @@ class StudioSession:
                     similarity=step.view.similarity, take=len(self.history))
 
     # ------------------------------------------------------------------------------ helpers
-    def _load(self, path: Path) -> Any:
+    def _load(self, choice: str | None) -> Any:
+        path = model_path(choice, self.runs)
         key = path.resolve()
         if key not in self.checkpoints:
             try:
                 self.checkpoints = {key: load_model(path, self.device)}  # keep one model in memory
-            except ValueError as error:  # load_model reports every unusable checkpoint so
-                raise StudioError(str(error)) from None
+            except ValueError as error:  # load_model reports every unusable checkpoint so; its
+                logger.warning("studio: %s", error)  # message names server paths: logged, not shown
+                raise StudioError(f"cannot load the model {path.name!r}: it is not a usable checkpoint "
+                                  f"(the server's log says why)") from None
         return self.checkpoints[key]
 
     @staticmethod

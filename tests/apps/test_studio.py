@@ -11,7 +11,7 @@ from generation.audio import read_wav
 from training.checkpoint import shipped_default, shipped_models
 from generation.pieces import count_bars
 from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, Request, StudioError, StudioSession, check_upload,
-                                 model_choices, model_path)
+                                 model_choices, model_path, page_request, public_message)
 from groove import GrooveTokenizer
 from cli_helpers import exit_status, save_tiny
 
@@ -84,7 +84,7 @@ def test_bars_are_counted_per_sample_from_a_prompt(tmp_path, chorale_midi):
 def test_groove_continuation_shows_style_similarity(tmp_path):
     run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
     upload = band_midi(tmp_path / "band.mid")
-    session = StudioSession(tmp_path / "work")
+    session = StudioSession(tmp_path / "work", runs=[run])
     view = session.generate(Request(model=str(run), prompt=str(upload), prompt_bars=2, length=40, unit="tokens",
                                     num_samples=2, audio=False))
     assert view.samples[0].wav is None
@@ -119,35 +119,78 @@ def test_bad_uploads_are_clear_errors(tmp_path, case):
     if case == "no_notes":
         run = save_tiny(tmp_path / "run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
         with pytest.raises(StudioError, match=expected):
-            StudioSession(tmp_path / "work").generate(Request(model=str(run), prompt=str(path), audio=False))
+            StudioSession(tmp_path / "work", runs=[run]).generate(Request(model=str(run), prompt=str(path),
+                                                                          audio=False))
     else:
         with pytest.raises(StudioError, match=expected):
             check_upload(path)
 
 
 def test_bad_settings_and_models(tmp_path):
-    session = StudioSession(tmp_path / "work")
-    with pytest.raises(StudioError, match="model not found"):
-        session.generate(Request(model=str(tmp_path / "nowhere")))
-    (tmp_path / "junk").mkdir()
-    with pytest.raises(StudioError, match="cannot load"):
-        session.generate(Request(model=str(tmp_path / "junk")))
+    from remi import REMITokenizer
+
+    runs = tmp_path / "runs"
+    good = save_tiny(runs / "good", REMITokenizer())
+    (runs / "junk" / "checkpoints" / "step_000001").mkdir(parents=True)  # not a complete checkpoint
+    session = StudioSession(tmp_path / "work", runs=[runs])
+    assert session.generate(Request(model=str(good), length=4, unit="tokens", audio=False)).samples
+    for model in [str(tmp_path / "nowhere"), str(tmp_path), str(runs / "junk"), "/etc", "../../etc/passwd",
+                  str(good / "checkpoints"), "pop909"]:
+        with pytest.raises(StudioError) as caught:
+            session.generate(Request(model=model))
+        assert str(caught.value) == "unknown model: choose one of the models in the list", model
     with pytest.raises(StudioError, match="length"):
         session.generate(Request(length=0))
     with pytest.raises(StudioError, match="samples"):
         session.generate(Request(num_samples=9))
     with pytest.raises(StudioError, match="top_p"):
-        session.generate(Request(top_p=0.0))
+        session.generate(Request(model=str(good), top_p=0.0))
+    with pytest.raises(StudioError, match="temperature"):
+        session.generate(Request(model=str(good), temperature=float("inf")))
+    for seed in (2**80, -1):
+        with pytest.raises(StudioError, match="seed must be an integer in 0 .. 2\\*\\*64 - 1"):
+            session.generate(Request(model=str(good), seed=seed, audio=False))
     with pytest.raises(StudioError, match="Generate first"):
-        session.continue_(4)
+        StudioSession(tmp_path / "fresh", runs=[runs]).continue_(4)
+
+
+def test_a_listed_run_that_cannot_load_names_no_server_path(tmp_path):
+    from remi import REMITokenizer
+
+    run = save_tiny(tmp_path / "runs" / "broken", REMITokenizer())
+    meta = run / "checkpoints" / "step_000003" / "meta.json"
+    meta.write_text("{" + " " * (meta.stat().st_size - 1))  # the manifest's size, unreadable content
+    session = StudioSession(tmp_path / "work", runs=[tmp_path / "runs"])
+    with pytest.raises(StudioError) as caught:
+        session.generate(Request(model=str(run)))
+    assert "cannot load the model 'broken'" in str(caught.value)
+    assert str(tmp_path) not in public_message(caught.value)
+
+
+def test_public_messages_name_no_server_path():
+    error = StudioError("cannot read /srv/uploads/tmp1234/song.mid as a prompt: bad chunk in '/home/x/y.mid'")
+    assert public_message(error) == "cannot read song.mid as a prompt: bad chunk in 'y.mid'"
+    assert public_message(StudioError("ratio 3/4 at bar 2")) == "ratio 3/4 at bar 2"
+
+
+def test_page_values_are_checked_by_field():
+    request = page_request(SHIPPED, None, 2.0, "8", "tokens", "0.9", 0.95, 12.0, 1)
+    assert (request.prompt_bars, request.length, request.seed, request.temperature) == (2, 8, 12, 0.9)
+    for args, field in [((1, 8, 1.0, 0.9, float("nan"), 1), "seed"), ((1, 8, 1.0, 0.9, 1.5, 1), "seed"),
+                        ((1, 8, "inf", 0.9, 0, 1), "temperature"), ((1, 8, 1.0, None, 0, 1), "top-p"),
+                        ((1, float("inf"), 1.0, 0.9, 0, 1), "length"), ((1, 8, 1.0, 0.9, 0, "two"), "samples")]:
+        bars, length, temperature, top_p, seed, samples = args
+        with pytest.raises(StudioError, match=field):
+            page_request(SHIPPED, None, bars, length, "tokens", temperature, top_p, seed, samples)
 
 
 def test_model_choices_list_runs(tmp_path):
     from remi import REMITokenizer
 
     run = save_tiny(tmp_path / "runs" / "tiny", REMITokenizer())
+    (run / "checkpoints" / "latest").unlink()  # a run is listed by its complete checkpoints
     choices = model_choices([tmp_path / "runs", tmp_path / "absent"])
-    assert str(run) in choices
+    assert str(run) in choices and model_path(str(run), [tmp_path / "runs"]) == run
     assert (SHIPPED in choices) == (shipped_default() is not None)
     assert all(f"{name} (shipped)" in choices and model_path(f"{name} (shipped)") == folder
                for name, folder in shipped_models().items())

@@ -1,0 +1,82 @@
+"""The studio through its HTTP API, as any client of the port can call it (no browser): the model
+choice opens only the listed models, the same answer for every other value whether or not the
+path exists, and no answer names a server path."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+
+import pytest
+
+from cli_helpers import save_tiny
+
+API = "gradio_api/call/on_generate"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def studio(tmp_path):
+    """(base URL, listed run directory) of a studio serving one tiny run under --runs."""
+    pytest.importorskip("gradio")
+    from apps.studio import build_app
+    from remi import REMITokenizer
+
+    run = save_tiny(tmp_path / "runs" / "tiny", REMITokenizer())
+    port = free_port()
+    app = build_app(tmp_path / "work", [tmp_path / "runs"], "cpu")
+    app.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                       allowed_paths=[str(tmp_path / "work")])
+    try:
+        yield f"http://127.0.0.1:{port}/", run
+    finally:
+        app.close()
+
+
+def call(base: str, model: str, seed: int = 0) -> tuple[str, str]:
+    """(event, data) of one generate call through the HTTP API: 8 tokens, no prompt."""
+    body = json.dumps({"data": [model, None, 1, 8, "tokens", 1.0, 0.9, seed, 1]}).encode()
+    request = urllib.request.Request(base + API, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        event_id = json.load(response)["event_id"]
+    with urllib.request.urlopen(f"{base}{API}/{event_id}", timeout=120) as response:
+        text = response.read().decode()
+    events = [line.removeprefix("event: ") for line in text.splitlines() if line.startswith("event: ")]
+    data = [line.removeprefix("data: ") for line in text.splitlines() if line.startswith("data: ")]
+    return events[-1], data[-1]
+
+
+def test_only_listed_models_open_and_others_get_one_answer(studio, tmp_path):
+    base, run = studio
+    event, data = call(base, str(run))
+    assert event == "complete" and "generated 1 sample(s)" in data
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    pointer = tmp_path / "pointer"
+    (pointer / "checkpoints").mkdir(parents=True)
+    (pointer / "checkpoints" / "latest").symlink_to(secret)
+    (pointer / "latest").symlink_to(secret)
+    others = [str(tmp_path), str(tmp_path / "nowhere"), "/etc", str(pointer), str(run / "checkpoints"),
+              str(run / "checkpoints" / "step_000003"), "tiny"]
+    answers = set()
+    for value in others:
+        event, data = call(base, value)
+        assert event in ("error", "complete"), (value, data)
+        assert "bash" not in data and "root:" not in data, (value, data)
+        shown = data.replace(f"Value: {value} is", "Value: VALUE is")  # gradio's echo of the value sent
+        assert str(tmp_path) not in shown.replace(str(run), "LISTED"), (value, data)  # only listed paths
+        answers.add((event, shown))
+    assert len(answers) == 1, answers  # existing or not, a folder or a file: the same answer
+
+
+def test_seeds_out_of_range_are_a_message(studio):
+    base, run = studio
+    event, data = call(base, str(run), seed=2**80)
+    assert event == "complete" and "seed must be an integer in 0 .. 2**64 - 1" in data
