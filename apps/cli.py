@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from typing import Callable, NoReturn
 
 import torch
 
+from generation.sampling import check_seed
 from model import DEVICE_NAMES
 from training.checkpoint import PRETRAINED
 
@@ -74,12 +76,31 @@ def checkpoint_argument(parser: argparse.ArgumentParser, repeat: bool = False) -
                         help="where to run the model (auto: CUDA when available) (default: %(default)s)")
 
 
+def seed_value(text: str) -> int:
+    """argparse type of --seed: an integer torch.Generator accepts (argparse names the option)."""
+    try:
+        return check_seed(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0 .. 2**64 - 1, got {text!r}") from None
+
+
+def finite_float(text: str) -> float:
+    """argparse type of a real option (--temperature, --top-p): a finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def threads_argument(parser: argparse.ArgumentParser) -> None:
     """Add --threads: CPU threads of recurrent decoding (default 1)."""
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads for decoding (default: %(default)s). A recurrent step is a "
-                             "series of tiny operations: on an idle 2-core machine 2 threads were 1.1x "
-                             "faster than 1, but with another process on a core 30x slower")
+                             "series of tiny operations: more threads help little on an idle machine and "
+                             "slow it down badly when another process shares the cores")
 
 
 def set_threads(threads: int) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from apps import generate, train
-from apps.cli import OneLineParser
+from apps.cli import OneLineParser, seed_value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/demo", help="run directory (default: %(default)s)")
     parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: the config's)")
     parser.add_argument("--tokens", type=int, default=768, help="tokens to generate (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="sampling seed (default: %(default)s)")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()

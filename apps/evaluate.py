@@ -21,7 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from apps.cli import OneLineParser, checkpoint_argument, run_app, set_threads, threads_argument
+from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
+                      threads_argument)
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig
 from model import resolve_device
 from training.checkpoint import load_model, run_dir_of
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         checkpoint_argument(sub, repeat=True)
         sub.add_argument("--out", required=True, help="output directory (created if needed)")
-        sub.add_argument("--seed", type=int, default=0,
+        sub.add_argument("--seed", type=seed_value, default=0,
                          help="seed of the positional noise and sampling (default: %(default)s)")
         sub.add_argument("--label", action="append", default=None,
                          help="name of each checkpoint in tables and plots (default: its run directory)")
@@ -69,9 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="bars of each piece used as prompt (default: %(default)s)")
     groove.add_argument("--tokens", type=int, default=1024,
                         help="length of prompt + continuation (default: %(default)s)")
-    groove.add_argument("--temperature", type=float, default=0.6,
+    groove.add_argument("--temperature", type=finite_float, default=0.6,
                         help="softmax temperature (default: %(default)s)")
-    groove.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default: %(default)s)")
+    groove.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus mass (default: %(default)s)")
 
     pe = command("pe", "translation invariance and monotonicity of the attention per head")
     pe.add_argument("--length", type=int, default=256,
@@ -110,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="bars of a real piece prompting a continuation (default: %(default)s)")
     quality.add_argument("--full-real", action="store_true",
                          help="measure whole real pieces (default: as many tokens as generated)")
-    quality.add_argument("--temperature", type=float, default=None,
+    quality.add_argument("--temperature", type=finite_float, default=None,
                          help="softmax temperature (default: the checkpoint's generate config)")
-    quality.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: config)")
+    quality.add_argument("--top-p", type=finite_float, default=None, help="nucleus mass (default: config)")
     quality.add_argument("--nucleus", choices=NUCLEUS_SCOPES, default=None,
                          help="top-p cut over the whole vocabulary or within each token type (default: config)")
     quality.set_defaults(max_pieces=None)

@@ -19,7 +19,8 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from apps.cli import OneLineParser, checkpoint_argument, run_app, set_threads, threads_argument
+from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
+                      threads_argument)
 from generation.audio import AudioConfig
 from generation.pieces import bar_stop, keep_bars, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator
@@ -43,12 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="new tokens to generate (default: the checkpoint's generate.tokens); "
                              "with --bars, the token budget")
     parser.add_argument("--bars", type=int, default=None, help="stop after this many new bars")
-    parser.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: config)")
+    parser.add_argument("--top-p", type=finite_float, default=None, help="nucleus mass (default: config)")
     parser.add_argument("--nucleus", choices=NUCLEUS_SCOPES, default=None,
                         help="top-p cut over the whole vocabulary or within each token type (default: config)")
-    parser.add_argument("--temperature", type=float, default=None,
+    parser.add_argument("--temperature", type=finite_float, default=None,
                         help="softmax temperature (default: config)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default: config)")
+    parser.add_argument("--seed", type=seed_value, default=None, help="random seed (default: config)")
     parser.add_argument("--no-constraints", action="store_true", help="do not mask ungrammatical tokens")
     parser.add_argument("--num-samples", type=int, default=1,
                         help="samples drawn in one batched decoding (default: %(default)s)")

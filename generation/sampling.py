@@ -19,6 +19,7 @@ grammar state per sample) and can be resumed: continuing a piece only feeds the 
 from __future__ import annotations
 
 import copy
+import math
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -44,6 +45,7 @@ class GrammarDeadEnd(RuntimeError):
 
 
 NUCLEUS_SCOPES = ("token", "type")  # where the top_p cut applies: the whole vocabulary, or each token type
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes seeds 0 .. 2**64 - 1
 
 
 @dataclass
@@ -56,8 +58,8 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not self.temperature > 0.0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0.0 < self.temperature < math.inf:
+            raise ValueError(f"temperature must be finite and > 0, got {self.temperature}")
         if self.nucleus not in NUCLEUS_SCOPES:
             raise ValueError(f"nucleus must be one of {NUCLEUS_SCOPES}, got {self.nucleus!r}")
 
@@ -351,8 +353,16 @@ def _check_allowed(grammar: ConstraintState, token: int, tokenizer: BaseTokenize
                          f"{tokenizer.vocab.token(token)!r} is not allowed there")
 
 
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """`seed` when it is an integer torch.Generator accepts, else a ValueError naming `name`."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"{name} must be an integer in 0 .. 2**64 - 1, got {seed}")
+    return seed
+
+
 def seeded_generator(seed: int, device: torch.device) -> torch.Generator:
     """A torch.Generator on `device` seeded with `seed` (positional noise and sampling)."""
+    check_seed(seed)
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     return generator

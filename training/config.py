@@ -13,6 +13,7 @@ gives it when the model is built); its fields and their comments live in model/c
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,10 +23,12 @@ from typing import Any, Optional, Union
 import yaml
 
 from data.kinds import CORPUS_KINDS, check_kind_format
-from generation.sampling import NUCLEUS_SCOPES
+from generation.sampling import NUCLEUS_SCOPES, SEED_MAX
 from model import DEVICE_NAMES, ModelConfig
 from tokenization import token_formats
 from training.memory import ALLOCATORS
+
+TRAIN_SEED_MAX = 2**32 - 1  # train.seed: offsets per process and epoch keep it within torch's range
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the YAML files shipped with the repo
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -83,7 +86,7 @@ class TrainConfig:
     ckpt_every: int = 1000  # checkpoint every this many steps (one is also written at the end)
     keep_checkpoints: int = 3  # keep the newest this many checkpoints (0: keep all)
     log_every: int = 10  # CSV / TensorBoard / progress-bar logging interval in steps
-    seed: int = 0  # seed of initialisation, data order, augmentation, dropout and SPE noise
+    seed: int = 0  # seed of initialisation, data order, augmentation, dropout and SPE noise (< 2**32)
     device: str = "auto"  # auto (CUDA when available), cpu or cuda
     precision: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16
     # how SPE applies its code (values are the same): auto (sineSPE's factored code for batches of
@@ -102,6 +105,7 @@ class TrainConfig:
         for name in ("warmup_steps", "redraw_every", "eval_every", "ckpt_every", "keep_checkpoints",
                      "num_workers", "seed"):
             _at_least(f"train.{name}", getattr(self, name), 0)
+        _at_most("train.seed", self.seed, TRAIN_SEED_MAX, "2**32 - 1")
         if self.max_epochs is not None:
             _at_least("train.max_epochs", self.max_epochs, 1)
         _choice("train.cpu_allocator", self.cpu_allocator, ALLOCATORS)
@@ -127,14 +131,16 @@ class GenerateConfig:
     constrained: bool = True  # mask tokens that would break the format's grammar
     nucleus: str = "token"  # top_p cut over the whole vocabulary ("token") or within each token type ("type")
     prompt_bars: int = 0  # bars of a held-out piece used as the prompt (0: start from scratch)
-    seed: int = 0  # seed of the sampling
+    seed: int = 0  # seed of the sampling (0 .. 2**64 - 1, torch.Generator's range)
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)
         _at_least("generate.prompt_bars", self.prompt_bars, 0)
-        if not 0.0 < self.top_p <= 1.0 or self.temperature <= 0.0:
-            raise ValueError(f"generate.top_p must be in (0, 1] and generate.temperature > 0, "
+        if not 0.0 < self.top_p <= 1.0 or not 0.0 < self.temperature < math.inf:
+            raise ValueError(f"generate.top_p must be in (0, 1] and generate.temperature finite and > 0, "
                              f"got {self.top_p}, {self.temperature}")
+        _at_most("generate.seed", self.seed, SEED_MAX, "2**64 - 1")
+        _at_least("generate.seed", self.seed, 0)
         _choice("generate.nucleus", self.nucleus, NUCLEUS_SCOPES)
 
 
@@ -204,9 +210,12 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     """Read a YAML config (path or shipped name) and apply `section.key=value` overrides."""
     path = resolve_config_path(path)
     try:
-        values = yaml.safe_load(path.read_text()) or {}
+        values = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ValueError(f"{path}: cannot read config: {error}") from None
+    if not isinstance(values, dict) or not values:
+        found = "it is empty" if values is None or values == {} else f"it holds a {type(values).__name__}"
+        raise ValueError(f"{path}: a config must be a mapping of sections ({', '.join(SECTIONS)}); {found}")
     return apply_overrides(RunConfig.from_dict(values, source=str(path)), overrides)
 
 
@@ -302,3 +311,8 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 def _at_least(name: str, value: int, low: int) -> None:
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def _at_most(name: str, value: int, high: int, shown: str) -> None:
+    if value > high:
+        raise ValueError(f"{name} must be <= {shown}, got {value}")

@@ -139,7 +139,8 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
 
 @pytest.mark.parametrize("case", ["missing_checkpoint", "not_a_checkpoint", "missing_prompt", "bad_prompt",
                                   "bad_out", "zero_tokens", "too_long", "bad_option", "zero_samples",
-                                  "missing_soundfont"])
+                                  "missing_soundfont", "huge_seed", "negative_seed", "inf_temperature",
+                                  "nan_top_p"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -167,10 +168,20 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
         args += ["--num-samples", "0"]
     elif case == "missing_soundfont":
         args += ["--soundfont", str(tmp_path / "gm.sf2")]
+    elif case.endswith("seed"):
+        args += ["--seed", str(2**80) if case == "huge_seed" else "-1"]
+    elif case == "inf_temperature":
+        args += ["--temperature", "inf"]
+    elif case == "nan_top_p":
+        args += ["--top-p", "nan"]
     assert exit_status(main, args) != 0
     message = assert_one_error_line(capsys)
     if case == "too_long":
         assert "16 positions" in message
+    if case.endswith("seed"):
+        assert "--seed" in message and "2**64 - 1" in message
+    if case in ("inf_temperature", "nan_top_p"):
+        assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -21,6 +21,24 @@ def test_missing_sections_and_keys_keep_defaults(tmp_path):
     assert cfg.model.d_model == RunConfig().model.d_model
 
 
+@pytest.mark.parametrize("text, found", [("", "empty"), ("# only a comment\n", "empty"), ("{}\n", "empty"),
+                                         ("- model\n- train\n", "list"), ("demo\n", "str")])
+def test_an_empty_or_non_mapping_config_names_the_file(tmp_path, text, found):
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"odd\.yaml: a config must be a mapping of sections.*{found}"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("key, value", [("train.seed", 2**32), ("train.seed", -1), ("generate.seed", 2**64),
+                                        ("generate.seed", -1), ("generate.temperature", float("inf")),
+                                        ("generate.temperature", float("nan")), ("generate.top_p", float("nan"))])
+def test_seeds_and_sampling_values_are_range_checked(tmp_path, key, value):
+    section, name = key.split(".")
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        load_config(write(tmp_path, {section: {name: value}}))
+
+
 def test_unknown_key_names_key_and_file(tmp_path):
     path = write(tmp_path, {"train": {"learning_rate": 1e-4}})
     with pytest.raises(ValueError, match=r"run\.yaml.*train\.learning_rate"):
@@ -70,7 +88,7 @@ def test_ints_are_accepted_for_floats(tmp_path):
 
 
 def test_set_overrides_parse_with_the_field_type(tmp_path):
-    path = write(tmp_path, {})
+    path = write(tmp_path, {"train": {"seed": 0}})
     cfg = load_config(path, ["train.max_steps=12", "train.lr=3e-4", "model.gated=false",
                              "data.root=1e3", "train.betas=0.8,0.95", "data.max_pieces=5",
                              "model.pe=ape"])
@@ -89,7 +107,7 @@ def test_set_overrides_parse_with_the_field_type(tmp_path):
 ])
 def test_bad_overrides(tmp_path, item, message):
     with pytest.raises(ValueError, match=message):
-        load_config(write(tmp_path, {}), [item])
+        load_config(write(tmp_path, {"train": {"seed": 0}}), [item])
 
 
 def test_save_and_load_round_trip(tmp_path):
