@@ -21,7 +21,7 @@ import torch
 from model import ModelConfig, MusicPerformer
 from model.positional import PositionalNoise
 
-PATHS = {"sine_spe": ("stored", "torch", "autograd", "factorised"), "conv_spe": ("stored", "torch", "autograd"),
+PATHS = {"sine_spe": ("stored", "autograd", "factorised"), "conv_spe": ("stored", "autograd"),
          "ape": ("default",), "rope": ("default",)}
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "bf16": 5e-2, "step": 1e-4}  # relative max, per comparison
 

@@ -20,7 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench.timing import CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, time_training, use_allocator
+from bench.timing import (CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, set_contraction, time_training,
+                          use_allocator)
 from model import ModelConfig, MusicPerformer, token_loss
 from model.positional import sinusoids
 
@@ -76,10 +77,9 @@ def worker(spec: dict) -> dict:
                           d_model=spec["d_model"], d_ff=4 * spec["d_model"], pe=spec["pe"],
                           attention=spec["attention"], max_len=spec["length"])
         model = MusicPerformer(cfg)
-        if cfg.is_spe:
-            model.pe.contraction = spec.get("contraction")
+    plain = set_contraction(model, spec.get("contraction"))
     tokens = torch.randint(0, VOCAB, (spec["tokens"] // spec["length"], spec["length"] + 1))
-    return time_training(model.train(), tokens, spec["steps"])
+    return time_training(model.train(), tokens, spec["steps"], plain)
 
 
 def main() -> None:

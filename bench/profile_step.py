@@ -13,7 +13,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.timing import CONTRACTIONS, VOCAB, add_allocator_option, training_step, use_allocator
+from bench.timing import CONTRACTIONS, VOCAB, add_allocator_option, set_contraction, training_step, use_allocator
 from model import ModelConfig, MusicPerformer
 
 
@@ -34,9 +34,8 @@ def main() -> None:
     cfg = ModelConfig(vocab_size=VOCAB, n_layer=args.layers, n_head=8, d_model=args.d_model,
                       d_ff=4 * args.d_model, pe=args.pe, max_len=args.length)
     model = MusicPerformer(cfg).train()
-    if cfg.is_spe:
-        model.pe.contraction = args.contraction
-    step = training_step(model, torch.randint(0, VOCAB, (args.batch, args.length + 1)))
+    plain = set_contraction(model, args.contraction)
+    step = training_step(model, torch.randint(0, VOCAB, (args.batch, args.length + 1)), plain)
     step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()

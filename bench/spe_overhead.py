@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from bench.timing import (CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, time_training, training_step,
-                          use_allocator)
+from bench.timing import (CONTRACTIONS, VOCAB, add_allocator_option, run_isolated, set_contraction, time_training,
+                          training_step, use_allocator)
 from model import ModelConfig, MusicPerformer
 from model.config import CODE_DTYPES
 
@@ -40,21 +40,21 @@ def worker(spec: dict) -> dict:
     use_allocator(spec["allocator"])
     if "lockstep" in spec:
         return lockstep_worker(spec)
-    model, tokens = build(spec, spec["pe"], spec.get("contraction"))
-    return time_training(model, tokens, spec["steps"])
+    model, tokens, plain = build(spec, spec["pe"], spec.get("contraction"))
+    return time_training(model, tokens, spec["steps"], plain)
 
 
-def build(spec: dict, pe: str, contraction: str | None) -> tuple[MusicPerformer, torch.Tensor]:
-    """The benchmark's model for `pe` and its batch of tokens (B, N + 1), from a fixed seed."""
+def build(spec: dict, pe: str, contraction: str | None) -> tuple[MusicPerformer, torch.Tensor, bool]:
+    """The benchmark's model for `pe`, its batch of tokens (B, N + 1) from a fixed seed, and whether
+    it runs with spe's kernels off."""
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=VOCAB, n_layer=spec["layers"], n_head=8, d_model=spec["d_model"],
                       d_ff=4 * spec["d_model"], pe=pe, gated=True, share_pe=True,
                       attention=spec["attention"], max_len=spec["length"],
                       code_dtype=spec.get("code_dtype", "float16"))
     model = MusicPerformer(cfg).train()
-    if cfg.is_spe:
-        model.pe.contraction = contraction
-    return model, torch.randint(0, VOCAB, (spec["batch"], spec["length"] + 1))
+    plain = set_contraction(model, contraction)
+    return model, torch.randint(0, VOCAB, (spec["batch"], spec["length"] + 1)), plain
 
 
 def lockstep_worker(spec: dict) -> dict:
@@ -63,8 +63,8 @@ def lockstep_worker(spec: dict) -> dict:
     steps = {}
     for variant in spec["variants"]:
         pe, _, contraction = variant.partition("@")
-        model, tokens = build(spec, pe, contraction or spec["contraction"])
-        steps[variant] = training_step(model, tokens)
+        model, tokens, plain = build(spec, pe, contraction or spec["contraction"])
+        steps[variant] = training_step(model, tokens, plain)
     times: dict[str, list] = {variant: [] for variant in steps}
     for round_ in range(spec["lockstep"] + 1):
         for variant, step in steps.items():
@@ -106,10 +106,11 @@ def main() -> None:
     parser.add_argument("--attention", default="ft", choices=("ft", "torch"))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), type=_variant,
                         help="positional encodings to run (ape, the reference, is always run), each "
-                             "optionally with its own contraction: sine_spe@compiled, sine_spe@factorised")
+                             "optionally with its own contraction: sine_spe@plain, sine_spe@factorised")
     parser.add_argument("--contraction", choices=CONTRACTIONS,
-                        help="how SPE applies its code (default: chosen per call; autograd: the plain "
-                             "per-layer tuple path, for before/after comparisons; factorised: sine only)")
+                        help="how SPE applies its code (default: chosen per call; stored: the shared "
+                             "code; plain: the same with spe's kernels off; factorised: sine only; "
+                             "autograd: the per-layer tuple path, the reference)")
     parser.add_argument("--lockstep", type=int, default=0, metavar="STEPS",
                         help="time only: step every variant in turn in one process, STEPS rounds")
     parser.add_argument("--code-dtype", choices=CODE_DTYPES, default="float16",

@@ -12,15 +12,18 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from spe import kernels
 from training.memory import ALLOCATORS, reuse_freed_memory
 
 VOCAB = 340  # about the REMI vocabulary
-CONTRACTIONS = ("compiled", "torch", "factorised", "autograd")  # StochasticPE.contraction choices
+# StochasticPE.contraction choices, and "plain": the stored code with spe's kernels off (spe.kernels.plain)
+CONTRACTIONS = ("stored", "plain", "factorised", "autograd")
 REPO = Path(__file__).resolve().parent.parent  # the repository root (workers run from there)
 
 
@@ -29,25 +32,35 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def training_step(model: torch.nn.Module, tokens: torch.Tensor) -> Callable[[], None]:
-    """One Adam step of `model` on `tokens` (B, N + 1), as a function (the optimizer is made here)."""
+def set_contraction(model: torch.nn.Module, contraction: str | None) -> bool:
+    """Apply a --contraction value to an SPE model; returns whether its steps must run with spe's
+    kernels off ("plain")."""
+    if getattr(model, "cfg", None) is not None and model.cfg.is_spe:
+        model.pe.contraction = "stored" if contraction == "plain" else contraction
+    return contraction == "plain"
+
+
+def training_step(model: torch.nn.Module, tokens: torch.Tensor, plain: bool = False) -> Callable[[], None]:
+    """One Adam step of `model` on `tokens` (B, N + 1), as a function (the optimizer is made here);
+    plain: with spe's kernels off."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def step() -> None:
-        _, loss = model(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
+        with kernels.plain() if plain else nullcontext():
+            _, loss = model(tokens[:, :-1], tokens[:, 1:])
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return step
 
 
-def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int) -> dict[str, float]:
+def time_training(model: torch.nn.Module, tokens: torch.Tensor, steps: int, plain: bool = False) -> dict[str, float]:
     """Median wall and CPU seconds of a training step on `tokens` (B, N + 1) after one warm-up
     step, the system part of the CPU time and the minor page faults per step, and peak memory. CPU
     time (all threads of this process) is less disturbed than wall time by other processes sharing
     the cores."""
     baseline = peak_rss_mb()
-    train_step = training_step(model, tokens)
+    train_step = training_step(model, tokens, plain)
     train_step()
     wall, cpu, system, faults = [], [], [], []
     for _ in range(steps):

@@ -27,15 +27,14 @@ import torch
 import torch.nn as nn
 
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
-from spe.contract import compiled_step, gated_compiled
 from spe.factorised import FactorisedCode
 from spe.filter import Code  # (qbar, kbar), each (1, N, H, D, R)
 from spe.random import draw_seed
+from spe.step import CODE_BLOCK, CodeBlocks, StepCode
 
 if TYPE_CHECKING:
     from model.config import ModelConfig
 
-CODE_BLOCK = 128  # positions of code evaluated at once when stepping without gradients
 # size of one stored sineSPE code above which it is applied in factored form by default (bench/README)
 FACTORISED_CODE_BYTES = 256 * 2**20
 
@@ -63,17 +62,17 @@ class PositionalNoise:
         if tensor is None:
             return seed
         return seed if (tensor.data_ptr(), tensor._version) == (pointer, version) else None
-    # generation: per generator, the code of the block of CODE_BLOCK positions in use
-    blocks: dict = field(default_factory=dict, repr=False, compare=False)
+    # generation: per generator, its code served in blocks of positions
+    blocks: dict[int, CodeBlocks] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
 class SPEContext:
     codes: list[SharedCode | FactorisedCode | Code]  # one code per generator at the pass's positions
     gate_noises: list[torch.Tensor] | None  # per layer (H, D, R) gate noise; None when ungated
-    # a generation step's fast path (`queries_keys`): (qbar, kbar), each (1, H, D, R), of the one shared
-    # code, checked once for the compiled kernel and the dtypes; None when it does not apply
-    step: tuple[torch.Tensor, torch.Tensor] | None = None
+    # a generation step's fast path (`queries_keys`): the one shared code, checked once for all
+    # layers; None when it does not apply
+    step: StepCode | None = None
 
 
 @dataclass
@@ -222,10 +221,10 @@ class StochasticPE(PositionalEncoding):
         self.n_layer = cfg.n_layer
         count = 1 if cfg.share_pe else cfg.n_layer
         self.spes = nn.ModuleList([self.make_generator(cfg) for _ in range(count)])
-        # how the layers apply a code: None (chosen per call, `_factorise`), "stored" (a SharedCode:
-        # one stored code, gradients accumulated in place, best backend) or its "compiled" / "torch"
-        # backend, "factorised" (sineSPE only: a FactorisedCode, never stored), or "autograd" (the
-        # (qbar, kbar) tuple, plain autograd: the reference); the values are the same
+        # how the layers apply a code (the values are the same): None (chosen per call, `_factorise`),
+        # "stored" (a SharedCode: one stored code, gradients accumulated in place), "factorised"
+        # (sineSPE only: a FactorisedCode, never stored), or "autograd" (the (qbar, kbar) tuple,
+        # plain autograd: the reference for tests)
         self.contraction: str | None = None
         # dtype of a shared code stored for a pass with gradients (`spe.shared.storage_dtype`): float16,
         # or None (the code's own)
@@ -295,7 +294,7 @@ class StochasticPE(PositionalEncoding):
 
     def _context(self, noise: PositionalNoise, start: int, length: int, batch: int) -> SPEContext:
         if length == 1 and not torch.is_grad_enabled() and len(self.spes) == 1 \
-                and self.contraction in (None, "stored", "compiled"):
+                and self.contraction in (None, "stored"):
             context = self._step_context(noise, start)
             if context is not None:
                 return context
@@ -303,19 +302,14 @@ class StochasticPE(PositionalEncoding):
             return SPEContext(codes=[spe.factorised(self.code_noise(noise, index), start, length)
                                      for index, spe in enumerate(self.spes)],
                               gate_noises=noise.gate_noises)
-        if self.contraction == "autograd":
-            codes: list[SharedCode | Code] = [self._code(index, noise, start, length)
-                                              for index in range(len(self.spes))]
-        else:
-            backend = None if self.contraction == "stored" else self.contraction
-            codes = [self._shared_code(index, noise, start, length, backend) for index in range(len(self.spes))]
+        code = self._code if self.contraction == "autograd" else self._shared_code
+        codes: list[SharedCode | Code] = [code(index, noise, start, length) for index in range(len(self.spes))]
         return SPEContext(codes=codes, gate_noises=noise.gate_noises)
 
-    def _shared_code(self, index: int, noise: PositionalNoise, start: int, length: int,
-                     backend: str | None) -> SharedCode:
+    def _shared_code(self, index: int, noise: PositionalNoise, start: int, length: int) -> SharedCode:
         """Generator `index`'s code as a SharedCode; a code evaluated afresh (not served from a
         generation block) through the generator's `shared_code` (its gradient in factored form where
-        the compiled kernels apply, its storage reused from the previous pass)."""
+        spe can, its storage reused from the previous pass)."""
         spe = self.spes[index]
         if self._afresh(length):
             seed = noise.seed(index)
@@ -323,10 +317,10 @@ class StochasticPE(PositionalEncoding):
             # so that a parallel forward equals the generation steps (which read float32 blocks)
             code_dtype = self.code_dtype if torch.is_grad_enabled() else None
             if seed is not None and start == 0 and length == noise.length:  # the whole noise: by its seed
-                return spe.seeded_code(seed, length, self.num_realizations, backend, code_dtype,
+                return spe.seeded_code(seed, length, self.num_realizations, code_dtype=code_dtype,
                                        noise=noise.code_noises[index])
-            return spe.shared_code(self.code_noise(noise, index), start, length, backend, code_dtype=code_dtype)
-        return SharedCode(*self._code(index, noise, start, length), backend)
+            return spe.shared_code(self.code_noise(noise, index), start, length, code_dtype=code_dtype)
+        return SharedCode(*self._code(index, noise, start, length))
 
     @staticmethod
     def _afresh(length: int) -> bool:
@@ -335,18 +329,11 @@ class StochasticPE(PositionalEncoding):
         return torch.is_grad_enabled() or length >= CODE_BLOCK
 
     def _step_context(self, noise: PositionalNoise, start: int) -> SPEContext | None:
-        """A generation step's context with SPEContext.step set, when one shared code goes through the
-        compiled kernel and the gates have the code's dtype (then `queries_keys` skips the filters'
-        Python checks, which cost a generation step more than the kernel), else None."""
+        """A generation step's context with SPEContext.step set, when the one shared code takes the
+        step's fast path (`spe.step.StepCode`), else None."""
         qbar, kbar = self._code(0, noise, start, 1)                     # (1, 1, H, D, R) each, of the block
-        step = (qbar[0], kbar[0])                                       # (1, H, D, R) each, contiguous
-        if not gated_compiled(step[0]):
-            return None
-        dtype = step[0].dtype
-        if any(f.gate.dtype != dtype for f in self.filters if f.gated) or \
-                any(n.dtype != dtype for n in noise.gate_noises or ()):
-            return None
-        return SPEContext(codes=[(qbar, kbar)], gate_noises=noise.gate_noises, step=step)
+        step = StepCode.of(qbar, kbar, list(self.filters), noise.gate_noises)
+        return None if step is None else SPEContext(codes=[(qbar, kbar)], gate_noises=noise.gate_noises, step=step)
 
     def _factorise(self, length: int, batch: int) -> bool:
         """Whether this pass applies the code in factored form (`spe.factorised`): when asked to, or
@@ -369,36 +356,20 @@ class StochasticPE(PositionalEncoding):
         return batch == 1 or code_bytes > FACTORISED_CODE_BYTES
 
     def _code(self, index: int, noise: PositionalNoise, start: int, length: int) -> Code:
-        """The code (qbar, kbar) of generator `index` at positions start .. start+length-1.
-
-        Without gradients (generation), short requests are served from a block of CODE_BLOCK
-        positions evaluated at once: stepping then costs one code evaluation per block, not per token
-        (convSPE evaluates a code by FFT over the filter length).
-        """
+        """The code (qbar, kbar) of generator `index` at positions start .. start+length-1: evaluated
+        afresh for training and long requests, else (generation) from a block of positions
+        (`spe.step.CodeBlocks`)."""
         spe, code_noise = self.spes[index], self.code_noise(noise, index)
         if self._afresh(length):
             return spe.codes(code_noise, start, length)
-        first = start - start % CODE_BLOCK
-        versions = tuple((p._version, p.data_ptr(), p.dtype) for p in spe.parameters())  # changed: stale
-        cached = noise.blocks.get(index)
-        if cached is None or cached[0] != first or cached[1] != versions or start + length > cached[2]:
-            end = first + CODE_BLOCK
-            if self.bounded_by_noise:
-                end = min(end, noise.length)
-            end = max(end, start + length)
-            cached = (first, versions, end, spe.codes(code_noise, first, end - first))
-            noise.blocks[index] = cached
-        offset = start - first
-        qbar, kbar = cached[3]
-        return qbar[:, offset:offset + length], kbar[:, offset:offset + length]
+        blocks = noise.blocks.setdefault(index, CodeBlocks())
+        return blocks.code(spe, code_noise, start, length, noise.length if self.bounded_by_noise else None)
 
     def queries_keys(self, layer: int, q: torch.Tensor, k: torch.Tensor, context: SPEContext
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         gate_noise = None if context.gate_noises is None else context.gate_noises[layer]
-        step = context.step
-        if step is not None and q.dtype == step[0].dtype and k.dtype == step[0].dtype:
-            a, eps, c = self.filters[layer].gate_terms(gate_noise, self.num_realizations)
-            return compiled_step(q, k, step, None if a is None else (a, c, eps))  # (B, 1, H, R) each
+        if context.step is not None and context.step.serves(q, k):
+            return context.step.filter(self.filters[layer], q, k, gate_noise)  # (B, 1, H, R) each
         code = context.codes[0] if len(context.codes) == 1 else context.codes[layer]
         # under autocast (bf16 training on CUDA) the code and its products stay in float32 at least
         dtype = torch.promote_types(q.dtype, torch.float32)

@@ -12,35 +12,24 @@ gradient a x^T g into a buffer in the same pass.
 
 Each position and head has its own (D, R) matrix, so this is S*H tiny products. Backends:
 
-- "compiled": the optional C++ extension `spe_kernels` (csrc/spe_kernels, built by `make setup`),
-  which reads each (D, R) block once per call for all batch rows (and the buffer once for all
-  the pairs of an accumulation); CPU, float32 / float64, and codes stored in float16 (read as
-  float32: half the bytes to read; `compute_dtype`). The gated entry points form each effective
-  (D, R) block in a small local buffer, never a tensor (`gated_compiled`); an older build of the
-  extension without them still serves the plain contraction, the gate then costs the PyTorch terms.
+- "compiled": the optional compiled kernels (`spe.kernels`), which read each (D, R) block once per
+  call for all batch rows (and the buffer once for all the pairs of an accumulation); CPU, float32 /
+  float64, and codes stored in float16 (read as float32: half the bytes to read; `compute_dtype`).
+  The gated entry points form each effective (D, R) block in a small local buffer, never a tensor.
 - "torch": the same with batched matrix products (any device or dtype), the reference.
 
-`backend_for(code)` picks "compiled" when it is available and applies, "torch" otherwise.
+`backend_for(code)` picks "compiled" when `spe.kernels` serves the code, "torch" otherwise.
 """
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
-logger = logging.getLogger(__name__)
-
-try:
-    import spe_kernels as _compiled
-except ImportError as error:  # the pure-PyTorch backend then runs everything
-    logger.debug("spe_kernels unavailable (%s): SPE uses its PyTorch contraction", error)
-    _compiled = None
+from spe import kernels
 
 Gate = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (a (H, D), c (H, D), noise (H, D, R))
 
 BACKENDS = ("compiled", "torch")
-CODE_DTYPES = (torch.float32, torch.float64, torch.float16)  # codes the compiled kernels read
 
 
 def compute_dtype(code: torch.Tensor) -> torch.dtype:
@@ -49,33 +38,22 @@ def compute_dtype(code: torch.Tensor) -> torch.dtype:
     return torch.float32 if code.dtype == torch.float16 else code.dtype
 
 
-def compiled_available() -> bool:
-    """Whether the C++ extension `spe_kernels` was imported."""
-    return _compiled is not None
-
-
-def compiled_kernels():
-    """The imported `spe_kernels` module (also holds the sineSPE code kernels), or None."""
-    return _compiled
-
-
 def backend_for(code: torch.Tensor, requested: str | None = None) -> str:
     """The backend that will contract with `code`: `requested` if given (checked), else the best."""
-    applies = _compiled is not None and code.device.type == "cpu" and code.dtype in CODE_DTYPES
+    applies = kernels.kernels_for(code, dtypes=kernels.STORED) is not None
     if requested is None:
         return "compiled" if applies else "torch"
     if requested not in BACKENDS:
         raise ValueError(f"unknown contraction backend {requested!r}; choose from {BACKENDS}")
     if requested == "compiled" and not applies:
-        raise ValueError("the compiled contraction needs the spe_kernels extension and a float32/64/16 "
-                         "CPU code" + ("" if _compiled is not None else " (spe_kernels is not installed)"))
+        raise ValueError("the compiled contraction needs the compiled kernels (installed and switched on) "
+                         "and a float32/64/16 CPU code")
     return requested
 
 
 def gated_compiled(code: torch.Tensor, backend: str | None = None) -> bool:
-    """Whether the gated entry points run compiled for `code` and `backend`: the compiled backend
-    applies and the imported spe_kernels has the gated kernels (a build older than them does not)."""
-    return backend_for(code, backend) == "compiled" and hasattr(_compiled, "gated_backward")
+    """Whether the gated entry points run compiled for `code` and `backend`."""
+    return backend_for(code, backend) == "compiled"
 
 
 def contract(x: torch.Tensor, code: torch.Tensor, backend: str | None = None) -> torch.Tensor:
@@ -84,7 +62,7 @@ def contract(x: torch.Tensor, code: torch.Tensor, backend: str | None = None) ->
     _check(x, code, code.shape[2], "x")
     dtype = compute_dtype(code)
     if backend_for(code, backend) == "compiled":
-        return _compiled.forward(x.to(dtype), code)
+        return kernels.module().forward(x.to(dtype), code)
     B, S, H, D = x.shape
     code = code.to(dtype)
     rows = x.to(dtype).permute(1, 2, 0, 3).reshape(S * H, B, D)           # (S*H, B, D)
@@ -98,7 +76,7 @@ def contract_backward(grad: torch.Tensor, code: torch.Tensor, backend: str | Non
     _check(grad, code, code.shape[3], "grad")
     grad = grad.to(compute_dtype(code))
     if backend_for(code, backend) == "compiled":
-        return _compiled.backward(grad, code)
+        return kernels.module().backward(grad, code)
     code = code.to(grad.dtype)
     B, S, H, R = grad.shape
     D = code.shape[2]
@@ -125,13 +103,7 @@ def accumulate(buf: torch.Tensor, xs: list[torch.Tensor], grads: list[torch.Tens
     grads = [g.to(buf.dtype) for g in grads]
     scales = [None if a is None else a.to(buf.dtype).contiguous() for a in scales]
     if backend_for(buf, backend) == "compiled":
-        if any(a is not None for a in scales):
-            if not hasattr(_compiled, "gated_backward"):  # an older build: its accumulate takes no scales
-                xs, scales = [x if a is None else x * a for x, a in zip(xs, scales)], [None] * len(xs)
-            else:
-                _compiled.accumulate(buf, xs, grads, scales)
-                return
-        _compiled.accumulate(buf, xs, grads)
+        kernels.module().accumulate(buf, xs, grads, scales)
         return
     xs = [x if a is None else x * a for x, a in zip(xs, scales)]           # (B_i, S, H, D)
     S, H, D, R = buf.shape
@@ -152,7 +124,7 @@ def gated_contract(x: torch.Tensor, code: torch.Tensor, gate: Gate | None = None
     if gated_compiled(code, backend):
         dtype = compute_dtype(code)
         a, c, noise = (None, None, None) if gate is None else _as_dtype(gate, dtype)
-        return _compiled.gated_forward(_as_dtype((x,), dtype)[0], code, a, c, noise)
+        return kernels.module().gated_forward(_as_dtype((x,), dtype)[0], code, a, c, noise)
     if gate is None:
         return contract(x, code, backend)
     a, c, noise = gate
@@ -186,8 +158,8 @@ def compiled_step(queries: torch.Tensor, keys: torch.Tensor, codes: tuple[torch.
     generation steps, where the checks cost more than the kernel); the kernel still checks shapes
     and dtypes (RuntimeError)."""
     a, c, noise = (None, None, None) if gate is None else gate
-    return (_compiled.gated_forward(queries, codes[0], a, c, noise),
-            _compiled.gated_forward(keys, codes[1], a, c, noise))
+    return (kernels.module().gated_forward(queries, codes[0], a, c, noise),
+            kernels.module().gated_forward(keys, codes[1], a, c, noise))
 
 
 def gated_contract_backward(grad: torch.Tensor, x: torch.Tensor, code: torch.Tensor,
@@ -206,7 +178,7 @@ def gated_contract_backward(grad: torch.Tensor, x: torch.Tensor, code: torch.Ten
     need_gate = need_gate and gate is not None
     if gated_compiled(code, backend):
         a, c, noise = (None, None, None) if gate is None else (t.to(dtype) for t in gate)
-        grad_x, grad_a, grad_c, grad_noise = _compiled.gated_backward(
+        grad_x, grad_a, grad_c, grad_noise = kernels.module().gated_backward(
             grad.to(dtype), x.to(dtype), code, a, c, noise, buf, need_x, need_gate)
         if need_gate:
             grad_a, grad_c, grad_noise = (g.to(t.dtype) for g, t in zip((grad_a, grad_c, grad_noise), gate))

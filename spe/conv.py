@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from spe.contract import backend_for, compiled_kernels
+from spe import kernels
 from spe.random import draw_seed, normal
 from spe.shared import PendingGradients, SharedCode, storage_dtype
 from spe.spectra import SeededSpectra, WindowSpectra, padded_rfft
@@ -145,8 +145,7 @@ class ConvSPE(nn.Module):
 
     def _factored(self, like: torch.Tensor, backend: Optional[str]) -> bool:
         """Whether a code of tensors like `like` takes its gradient in factored form (1-D, compiled)."""
-        return self.ndim == 1 and backend in (None, "compiled") and backend_for(like) == "compiled" \
-            and hasattr(compiled_kernels(), "accumulate_positions_last")  # (or an older build)
+        return self.ndim == 1 and backend in (None, "compiled") and kernels.kernels_for(like) is not None
 
     def _factored_code(self, spectra, size: Tuple[int, ...], code_dtype: Optional[torch.dtype]) -> SharedCode:
         """The SharedCode of the noise whose spectra are `spectra` at positions 0 .. size - 1 of them,
@@ -221,9 +220,9 @@ class ConvSPE(nn.Module):
 
 def _fft_size(n: int) -> int:
     """Smallest integer >= n whose prime factors are 2, 3 and 5 and which, from FFT_POWER_FROM on,
-    is a multiple of FFT_POWER: torch's CPU transforms of sizes with a large odd part took 2.5-3x
-    longer per sample than the next size of this form (2187 = 3^7 against 2304, 16875 = 3^3 5^4
-    against 17280; bench/README.md), and were never faster by more than the machine's noise."""
+    is a multiple of FFT_POWER: torch's CPU transforms of sizes with a large odd part cost 2.5-3x
+    more per sample than the next size of this form (2187 = 3^7 against 2304, 16875 = 3^3 5^4
+    against 17280; bench/README.md), and are never faster by more than the machine's noise."""
     while True:
         rest = n
         for prime in (2, 3, 5):
@@ -304,12 +303,11 @@ def _correlations(z_f: torch.Tensor, g_fs: list, fft_size: Tuple[int, ...], kern
     weight * z_f and g_f (R, c, *F'). The sum over r in the frequency domain is
     `spe_kernels.spectral_correlation` on CPU (the sums of a tile kept in registers, z_f read once for
     all g_f), else a loop of in-place multiply-adds (equal values); the weight (F') multiplies the sums."""
-    kernels = compiled_kernels()
+    compiled = kernels.kernels_for(z_f, dtypes=(torch.complex64, torch.complex128))
     c, spatial = z_f.shape[1], z_f.shape[2:]
-    if kernels is not None and hasattr(kernels, "spectral_correlation") and z_f.device.type == "cpu" \
-            and z_f.dtype in (torch.complex64, torch.complex128):
+    if compiled is not None:
         flat = [x.reshape(x.shape[0], c, -1) for x in (z_f, *g_fs)]    # (R, c, F') views
-        spectra = [s.view(c, *spatial) for s in kernels.spectral_correlation(flat[0], flat[1:])]
+        spectra = [s.view(c, *spatial) for s in compiled.spectral_correlation(flat[0], flat[1:])]
     else:
         spectra = []
         for g_f in g_fs:
@@ -357,7 +355,7 @@ class _ConvFactorGradients(PendingGradients):
             g_fs = []
             for which, positions, triples in groups:                    # signal: G (R, c, F), zero-padded
                 signal[..., positions:].zero_()
-                compiled_kernels().accumulate_positions_last(
+                kernels.module().accumulate_positions_last(
                     signal[..., :positions], [x.to(self.dtype) for x, _, _ in triples],
                     [g.to(self.dtype) for _, g, _ in triples],
                     [None if a is None else a.to(self.dtype).contiguous() for _, _, a in triples], h0)
@@ -389,9 +387,9 @@ def swap_outer(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Ten
     """(A, C, B) -> (B, C, A): a new contiguous tensor, or written into `out` (its last dimension
     contiguous). The compiled tiled copy on CPU (float32 / float64), torch's permuted copy otherwise
     (equal values)."""
-    kernels = compiled_kernels()
-    if kernels is not None and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        return kernels.swap_outer(x, out)
+    compiled = kernels.kernels_for(x)
+    if compiled is not None:
+        return compiled.swap_outer(x, out)
     if out is None:
         return x.permute(2, 1, 0).contiguous()
     return out.copy_(x.permute(2, 1, 0))

@@ -1,7 +1,7 @@
 """Counter-based Gaussian noise: convSPE's white noise, drawn fast, in parallel and reproducibly.
 
 torch draws normal samples on the CPU on one thread from one Mersenne-Twister stream; convSPE's
-noise, R x H*D x (N + P - 1) samples, took 1.3 s of a 7.6 s training step at N 16384, batch 1
+noise, R x H*D x (N + P - 1) samples, is then a sixth of a training step at N 16384, batch 1
 (bench/README.md). Here sample i of a draw keyed by a 64-bit `seed` is a function of (seed, i)
 alone, so a draw runs on all threads, in any order, with the same values:
 
@@ -13,10 +13,10 @@ alone, so a draw runs on all threads, in any order, with the same values:
 - sample i is word (i mod 4B) div B of counter (i div 4B) B + i mod B, B = BLOCK = 64 counters (the
   compiled kernel's block: its samples are its counters' words 0, then 1, 2, 3).
 
-`normal` runs the compiled kernel (`spe_kernels.normal_fill`, vectorised and multi-threaded: a fresh
-draw took 1.6-2x less CPU time and 2.6-3x less wall time than `torch.randn`, bench/README.md) on
-float32 / float64 CPU tensors and this module's PyTorch implementation elsewhere (other devices and
-dtypes, or without the extension): the same integers, and samples equal to float32 rounding (the
+`normal` runs the compiled kernel where `spe.kernels` serves (`normal_fill`, vectorised and
+multi-threaded: a fresh draw costs 1.6-2x less CPU time and 2.6-3x less wall time than
+`torch.randn`, bench/README.md), on float32 / float64 CPU tensors, and this module's PyTorch
+implementation elsewhere (other devices and dtypes, or without the kernels): the same integers, and samples equal to float32 rounding (the
 kernel's logarithm and sine are polynomials).
 """
 
@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from spe.contract import compiled_kernels
+from spe import kernels
 
 BLOCK = 64  # counters per block of the sample order (the compiled kernel's block)
 MASK = 0xFFFFFFFF
@@ -63,10 +63,10 @@ def normal(shape: Sequence[int], seed: int, offset: int = 0, device: Optional[to
         row_stride = row
     elif rows > 1 and row_stride < row:
         raise ValueError(f"row_stride must be at least a row's {row} values, got {row_stride}")
-    kernels = compiled_kernels()
-    if out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64) and hasattr(kernels, "normal_fill"):
+    compiled = kernels.kernels_for(out)
+    if compiled is not None:
         signed = seed - 2**64 if seed >= 2**63 else seed                # the 64 bits, signed
-        kernels.normal_fill(out, signed, offset, row_stride)
+        compiled.normal_fill(out, signed, offset, row_stride)
         return out
     if row_stride == row:
         return out.copy_(_normal_reference(seed, offset, out.numel(), out.device).view(shape))

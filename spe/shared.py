@@ -38,7 +38,8 @@ from typing import Callable
 
 import torch
 
-from spe.contract import accumulate, backend_for, compiled_kernels, compute_dtype
+from spe import kernels
+from spe.contract import accumulate, backend_for, compute_dtype
 from spe.workspace import Workspace
 
 FLUSH_ROWS = 16  # pending (x, grad) batch rows that trigger an accumulation into the buffer
@@ -85,16 +86,15 @@ class SharedCode:
         returning the same omegas) has the backward compute them again instead of keeping them.
         `code_dtype` float16 stores float32 codes in half precision (`storage_dtype`)."""
         if not factored_available(omega_q, z):
-            raise ValueError("SharedCode.sine needs the compiled spe_kernels (with sine_pairs_phase_backward) and "
-                             "float32/64 CPU tensors of one dtype")
-        kernels = compiled_kernels()
+            raise ValueError("SharedCode.sine needs the compiled kernels and float32/64 CPU tensors of one dtype")
+        compiled = kernels.module()
         shape = (*omega_q.shape[:3], z.shape[-1])                        # (S, H, D, R)
         dtype = storage_dtype(z.dtype, code_dtype)
         codes = []
         for name, omega in (("qbar", omega_q), ("kbar", omega_k)):
             out = torch.empty(shape, dtype=dtype, device=z.device) if workspace is None else \
                 workspace.empty(name, shape, z, dtype)
-            codes.append(kernels.sine_code(omega.detach(), z.detach(), out))
+            codes.append(compiled.sine_code(omega.detach(), z.detach(), out))
         kept = (omega_q.detach(), omega_k.detach()) if recompute_omegas is None else recompute_omegas
         gradients = _SineFactorGradients(kept, z.detach(), None if phases is None else phases[2])
         inputs = (omega_q, omega_k, z) if phases is None else (phases[0], phases[1], z)
@@ -155,10 +155,9 @@ def storage_dtype(dtype: torch.dtype, requested: torch.dtype | None) -> torch.dt
 
 
 def factored_available(omega: torch.Tensor, z: torch.Tensor) -> bool:
-    """Whether `SharedCode.sine` can serve these factors: the compiled kernels (a build with the
-    factored gradient) and float32/64 CPU tensors of one dtype."""
-    return backend_for(omega) == "compiled" and z.dtype == omega.dtype and z.device == omega.device \
-        and hasattr(compiled_kernels(), "sine_pairs_phase_backward")
+    """Whether `SharedCode.sine` can serve these factors: the compiled kernels serve float32/64 CPU
+    tensors of one dtype."""
+    return kernels.kernels_for(omega, z) is not None and z.dtype == omega.dtype
 
 
 class _Gradients:
@@ -295,7 +294,7 @@ class _SineFactorGradients(PendingGradients):
 
     def add_triples(self, which: int, positions: int, triples: list) -> None:
         omega, dtype = self.omegas[which], self.z.dtype
-        kernels = compiled_kernels()
+        compiled = kernels.module()
         if self.grad_omegas[which] is None:
             self.grad_omegas[which] = torch.zeros_like(omega) if self.start is None else \
                 torch.zeros(2, *omega.shape[1:-1], omega.shape[-1] // 2, dtype=torch.float64, device=omega.device)
@@ -303,9 +302,9 @@ class _SineFactorGradients(PendingGradients):
         pairs = ([x.to(dtype) for x, _, _ in triples], [g.to(dtype) for _, g, _ in triples],
                  [None if a is None else a.to(dtype) for _, _, a in triples], omega[:positions], self.z)
         if self.start is None:
-            kernels.sine_pairs_backward(self.grad_omegas[which][:positions], self.grad_z[which], *pairs)
+            compiled.sine_pairs_backward(self.grad_omegas[which][:positions], self.grad_z[which], *pairs)
         else:
-            kernels.sine_pairs_phase_backward(self.grad_omegas[which], self.grad_z[which], *pairs)
+            compiled.sine_pairs_phase_backward(self.grad_omegas[which], self.grad_z[which], *pairs)
 
     def result(self) -> list[torch.Tensor | None]:
         grad_z = [g for g in self.grad_z if g is not None]

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from spe.contract import backend_for, compiled_kernels
+from spe import kernels
 from spe.factorised import FactorisedCode
 from spe.shared import SharedCode, factored_available
 from spe.workspace import Workspace
@@ -156,10 +156,9 @@ class SineSPE(nn.Module):
         """`_omegas` at positions start .. start+length-1, contiguous, for use without autograd: one
         compiled pass for float32 on CPU (`spe_kernels.sine_omegas`, equal within 2e-6: its cosine and
         sine are polynomials), else the reference."""
-        kernels = compiled_kernels()
-        if hasattr(kernels, "sine_omegas") and self.offsets.dtype == torch.float32 \
-                and self.offsets.device.type == "cpu":
-            return tuple(kernels.sine_omegas(self._frequencies().detach(), self.offsets.detach(), start, length))
+        compiled = kernels.kernels_for(self.offsets, dtypes=(torch.float32,))
+        if compiled is not None:
+            return tuple(compiled.sine_omegas(self._frequencies().detach(), self.offsets.detach(), start, length))
         positions = torch.arange(start, start + length, device=self.freqs.device)
         omega_q, omega_k = self._omegas(positions)
         return omega_q.contiguous(), omega_k.contiguous()
@@ -204,7 +203,7 @@ def sine_code(omega: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """code[s, h, d, r] = sum_j omega[s, h, d, j] z[h, d, j, r]: (S, H, D, 2K), (H, D, 2K, R) ->
     (S, H, D, R), contiguous. The compiled kernel (when available, on CPU) writes this layout
     directly and takes its gradient in one pass; the einsum is the reference."""
-    if backend_for(omega) == "compiled" and z.dtype == omega.dtype:
+    if kernels.kernels_for(omega, z) is not None and z.dtype == omega.dtype:
         return _SineCode.apply(omega.contiguous(), z.contiguous())
     return torch.einsum("shdj,hdjr->shdr", omega, z).contiguous()
 
@@ -215,10 +214,10 @@ class _SineCode(torch.autograd.Function):
     @staticmethod
     def forward(ctx, omega, z):
         ctx.save_for_backward(omega, z)
-        return compiled_kernels().sine_code(omega, z)
+        return kernels.module().sine_code(omega, z)
 
     @staticmethod
     def backward(ctx, grad):
         omega, z = ctx.saved_tensors
-        grad_omega, grad_z = compiled_kernels().sine_code_backward(grad.contiguous(), omega, z)
+        grad_omega, grad_z = kernels.module().sine_code_backward(grad.contiguous(), omega, z)
         return grad_omega, grad_z

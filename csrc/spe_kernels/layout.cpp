@@ -53,7 +53,7 @@ inline void transpose16(Lanes16 (&v)[16]) {
 // transposed in registers and stored as 16 rows of out (the tile's edges one value at a time). The
 // stores go past the caches, a whole 64-byte line at a time: a float16 out takes two blocks along a
 // (32 values) per line, both stored before the next row (a line written in two halves far apart
-// costs the write-combining buffer a partial flush: the small config's codes took 5x longer).
+// costs the write-combining buffer a partial flush, several times slower on the small config's codes).
 template <typename in_t, typename out_t>
 inline void swap_tile(out_t* __restrict__ op, const in_t* xp, int64_t sa, int64_t sb, int64_t ob,
                       int64_t a0, int64_t a1, int64_t b0, int64_t b1) {

@@ -11,7 +11,7 @@ from bench import cuda_check, cuda_step
 def test_cuda_check_comparisons_hold_on_cpu(capsys):
     assert cuda_check.main(["--device", "cpu", "--length", "140"]) == 0
     out = capsys.readouterr().out
-    assert "31 of 31 comparisons within tolerance" in out
+    assert "25 of 25 comparisons within tolerance" in out
     assert "sine_spe/factorised cpu bf16 autocast" in out
 
 

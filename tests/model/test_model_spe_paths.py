@@ -1,9 +1,11 @@
-"""The ways a MusicPerformer can apply its SPE code give the same model: the shared code with each
-contraction backend, and sineSPE's factored code, equal plain autograd on the (qbar, kbar) tuple
+"""The ways a MusicPerformer can apply its SPE code give the same model: the shared code with and
+without the compiled kernels, and sineSPE's factored code, equal plain autograd on the (qbar, kbar) tuple
 (logits and every gradient), and
 generation from cached code blocks equals the parallel forward across block boundaries."""
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -11,13 +13,21 @@ import torch
 from model import positional
 from model.positional import CODE_BLOCK
 from spe import SharedCode
-from spe.contract import compiled_available
+from spe import kernels
 from spe.factorised import FactorisedCode
 
-STORED = ["torch"] + (["compiled"] if compiled_available() else [])
-# (pe, path): every stored backend for both generators, the factored code for sineSPE (convSPE has
+# the stored code with the kernels where they serve ("stored") and with spe's plain PyTorch path
+# ("plain": `spe.kernels.plain()`)
+STORED = ["plain"] + (["stored"] if kernels.available() else [])
+# (pe, path): every stored path for both generators, the factored code for sineSPE (convSPE has
 # none: tested to raise below)
 PE_PATHS = [(pe, path) for pe in ("sine_spe", "conv_spe") for path in STORED] + [("sine_spe", "factorised")]
+
+
+def use_path(model, path):
+    """Set the model's contraction for `path`; returns the context to run it in."""
+    model.pe.contraction = "stored" if path == "plain" else path
+    return kernels.plain() if path == "plain" else nullcontext()
 
 
 @pytest.mark.parametrize("pe, path", PE_PATHS)
@@ -30,10 +40,10 @@ def test_code_paths_equal_autograd_path(make_model, tokens, path, pe, options):
         noise.gate_noises = [n.double() for n in noise.gate_noises]
     results = {}
     for mode in ("autograd", path):
-        model.pe.contraction = mode
-        model.zero_grad(set_to_none=True)
-        logits = model(tokens, positional_noise=noise)[0]
-        (logits.square().mean() + logits[:, -1].sum()).backward()
+        with use_path(model, mode):
+            model.zero_grad(set_to_none=True)
+            logits = model(tokens, positional_noise=noise)[0]
+            (logits.square().mean() + logits[:, -1].sum()).backward()
         results[mode] = (logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
     torch.testing.assert_close(results[path][0], results["autograd"][0])
     reference = results["autograd"][1]
@@ -50,14 +60,13 @@ def test_factorised_contraction_needs_sine_spe(make_model, tokens):
 
 
 @pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
-@pytest.mark.parametrize("backend", STORED)  # a step's mix: one compiled call per code, or PyTorch ops
-def test_steps_across_code_blocks_equal_parallel_forward(make_model, pe, backend):
+@pytest.mark.parametrize("path", STORED)  # a step's mix: one compiled call per code, or PyTorch ops
+def test_steps_across_code_blocks_equal_parallel_forward(make_model, pe, path):
     model = make_model(pe, max_len=2 * CODE_BLOCK + 8)
-    model.pe.contraction = backend
     tokens = torch.randint(0, model.cfg.vocab_size, (2, CODE_BLOCK + 9),
                            generator=torch.Generator().manual_seed(4))
     noise = model.draw_positional_noise(tokens.shape[1])
-    with torch.no_grad():
+    with torch.no_grad(), use_path(model, path):
         parallel = model(tokens, positional_noise=noise)[0]
         state = model.init_state(2, positional_noise=noise)
         steps = []
@@ -106,22 +115,21 @@ def test_default_contraction_choice(make_model, pe, batch, grad, length, expecte
 @pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
 def test_generation_step_context(make_model, pe):
     """A generation step takes the compiled fast path (SPEContext.step: the cached block's code at the
-    position) when the kernels are there; the torch backend, and gates of another dtype than the
+    position) when the kernels are there; spe's plain path, and gates of another dtype than the
     code, take the filters' checked path."""
     model = make_model(pe, max_len=2 * CODE_BLOCK)
     noise = model.draw_positional_noise(2 * CODE_BLOCK)
     with torch.no_grad():
         context = model.pe.context(noise, 130, 1)
         full_q, full_k = model.pe.spes[0].codes(noise.code_noises[0], 0, 2 * CODE_BLOCK)
-        if compiled_available():
+        if kernels.available():
             assert context.step is not None
-            torch.testing.assert_close(context.step[0], full_q[:, 130], atol=1e-5, rtol=1e-4)
-            torch.testing.assert_close(context.step[1], full_k[:, 130], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(context.step.qbar, full_q[:, 130], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(context.step.kbar, full_k[:, 130], atol=1e-5, rtol=1e-4)
         else:
             assert context.step is None
-        model.pe.contraction = "torch"
-        assert model.pe.context(noise, 130, 1).step is None
-        model.pe.contraction = None
+        with kernels.plain():
+            assert model.pe.context(noise, 130, 1).step is None
         model.pe.filters[1].double()
         assert model.pe.context(noise, 130, 1).step is None
 
@@ -141,18 +149,18 @@ def test_code_paths_run_under_bf16_autocast(make_model, tokens, pe, path):
     """Training on CUDA autocasts to bf16 by default: every path runs under autocast (CPU's here),
     gives finite gradients and stays near its float32 result."""
     model = make_model(pe).train()
-    model.pe.contraction = path
     noise = model.draw_positional_noise(tokens.shape[1])
-    with torch.no_grad():
-        reference = model(tokens, positional_noise=noise)[0]
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model(tokens, positional_noise=noise)[0]
-    logits.float().square().mean().backward()
+    with use_path(model, path):
+        with torch.no_grad():
+            reference = model(tokens, positional_noise=noise)[0]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(tokens, positional_noise=noise)[0]
+        logits.float().square().mean().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     assert (logits.float() - reference).abs().max() <= 0.05 * reference.abs().max()
 
 
-@pytest.mark.skipif(not compiled_available(), reason="the factored convSPE gradient needs spe_kernels")
+@pytest.mark.skipif(not kernels.available(), reason="the factored convSPE gradient needs spe_kernels")
 def test_conv_noise_from_its_seed_gives_the_same_training_step(make_model, tokens, monkeypatch):
     """conv_spe draws each code noise from a seed (PositionalNoise.code_seeds): a pass over the whole
     noise then filters its spectra drawn from the seed (`ConvSPE.seeded_code`), forward and backward,
@@ -200,7 +208,7 @@ def test_unformed_noise_is_formed_from_its_seed_when_needed(make_model):
     torch.testing.assert_close(longer.code_noises[0][..., :eager.code_noises[0].shape[-1]], eager.code_noises[0])
 
 
-@pytest.mark.skipif(not compiled_available(), reason="float16 codes need the compiled spe_kernels")
+@pytest.mark.skipif(not kernels.available(), reason="float16 codes need the compiled spe_kernels")
 @pytest.mark.parametrize("pe", ["sine_spe", "conv_spe"])
 def test_float16_code_storage_changes_a_training_step_by_its_rounding_only(make_model, tokens, pe):
     """code_dtype float16 (the default) against float32: the stored code is half precision, the logits

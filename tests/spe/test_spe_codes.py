@@ -8,7 +8,7 @@ import torch
 
 import spe.conv
 from spe import ConvSPE, SineSPE
-from spe.contract import compiled_kernels
+from spe import kernels
 from spe.conv import _correlations, _FilteredNoise, _fft_size, swap_outer
 
 H, D = 2, 3
@@ -135,10 +135,10 @@ def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, leng
     """The FFT path's own backward (one FFT per code gradient, summed over realisations in the
     spectrum) gives the filters the gradients autograd gives the direct grouped convolution, whether
     the channels go through the FFTs at once or one at a time."""
-    if compiled and compiled_kernels() is None:
+    if compiled and kernels.module() is None:
         pytest.skip("spe_kernels is not installed (the torch layout path is tested alone)")
     if not compiled:
-        monkeypatch.setattr(spe.conv, "compiled_kernels", lambda: None)
+        monkeypatch.setattr(kernels, "_enabled", False)
     torch.manual_seed(6)
     pe = ConvSPE(ndim, H, D, 8, kernel).double()
     noise = pe.draw_noise(length)
@@ -172,15 +172,15 @@ def test_conv_code_gradients_equal_direct_grouped_convolution(ndim, kernel, leng
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
 @pytest.mark.parametrize("fft_size", [(70,), (64,), (6, 10)])  # tiles with a tail, whole tiles, 2-D
 def test_compiled_spectral_correlation_equals_torch_loop(dtype, fft_size, monkeypatch):
-    if compiled_kernels() is None:
+    if kernels.module() is None:
         pytest.skip("spe_kernels is not installed")
     torch.manual_seed(0)
     spectra = (13, 5, *fft_size[:-1], fft_size[-1] // 2 + 1)            # (R, c, *F')
     z_f, *g_fs = (torch.randn(spectra, dtype=dtype) for _ in range(4))
     kernel_size = (3,) * len(fft_size)
     compiled = _correlations(z_f, g_fs, fft_size, kernel_size)
-    monkeypatch.setattr(spe.conv, "compiled_kernels", lambda: None)
-    reference = _correlations(z_f, g_fs, fft_size, kernel_size)
+    with kernels.plain():
+        reference = _correlations(z_f, g_fs, fft_size, kernel_size)
     assert len(compiled) == 3 and compiled[0].shape == (5, *kernel_size)
     for got, want in zip(compiled, reference):
         torch.testing.assert_close(got, want)
@@ -188,7 +188,7 @@ def test_compiled_spectral_correlation_equals_torch_loop(dtype, fft_size, monkey
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_swap_outer_equals_permuted_copy(dtype):
-    if compiled_kernels() is None:
+    if kernels.module() is None:
         pytest.skip("spe_kernels is not installed")
     x = torch.randn(37, 5, 70, dtype=dtype)[:, :, 3:68]                  # (A, C, B), strided
     expected = x.permute(2, 1, 0).contiguous()

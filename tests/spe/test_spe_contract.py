@@ -3,17 +3,16 @@ both backends equal autograd through the effective code a code + c noise, in flo
 every gradient (x, code buffer, a, c, noise), with and without a gate, odd sizes and strided x; and
 the fallback to PyTorch when the loaded spe_kernels predates the gated kernels."""
 
-import types
 
 import pytest
 import torch
 
-import spe.contract as contract_module
 from spe import SharedCode, SineSPE, SPEFilter
-from spe.contract import accumulate, compiled_available, gated_compiled, gated_contract, gated_contract_backward
+from spe import kernels
+from spe.contract import accumulate, gated_compiled, gated_contract, gated_contract_backward
 from spe.shared import FLUSH_ROWS
 
-BACKENDS = ["torch"] + (["compiled"] if compiled_available() else [])
+BACKENDS = ["torch"] + (["compiled"] if kernels.available() else [])
 # (B, S, H, D, R); R = 64 and 32 run the kernels' fixed-length loops, B = 5 and 6 their 4-row tiles and rest
 SIZES = [(3, 11, 2, 4, 6), (1, 5, 3, 7, 5), (4, 9, 1, 16, 3), (2, 1, 2, 1, 1), (5, 3, 2, 5, 64), (6, 2, 3, 4, 32)]
 
@@ -76,7 +75,7 @@ def test_gated_contraction_equals_autograd_reference(backend, gated, size):
 def test_float32_kernels_equal_float64_reference(gated, size):
     """float32 with R = 64: the kernels' vector paths (16-lane products of D in multiples of 16 with
     a butterfly sum, 4-row register tiles with a remainder), against the float64 reference."""
-    if not compiled_available():
+    if not kernels.available():
         pytest.skip("spe_kernels is not installed")
     x, grad, code, gate, expected, grads = case(size, gated)
     S, H, D, R = code.shape
@@ -125,8 +124,7 @@ def test_scaled_accumulate(backend):
         accumulate(buf, [x for x, _ in pairs], [g for _, g in pairs], backend, scales[:1])
 
 
-@pytest.mark.skipif(not hasattr(contract_module.compiled_kernels(), "accumulate_positions_last"),
-                    reason="spe_kernels is not installed or predates accumulate_positions_last")
+@pytest.mark.skipif(not kernels.available(), reason="the compiled kernels (spe_kernels) are not installed")
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("S, D, R, h0, heads", [(37, 5, 7, 1, 2), (16, 8, 4, 0, 3), (50, 16, 64, 2, 1)])
 def test_accumulate_positions_last_writes_the_transposed_sum(dtype, S, D, R, h0, heads):
@@ -140,12 +138,12 @@ def test_accumulate_positions_last_writes_the_transposed_sum(dtype, S, D, R, h0,
     expected = sum(torch.einsum("bshd,bshr->rhds", x if a is None else x * a, g)
                    for (x, g), a in zip(pairs, scales))[:, h0:h0 + heads].reshape(R, heads * D, S)
     padded = torch.full((R, heads * D, S + 9), 7.0, dtype=dtype)
-    contract_module.compiled_kernels().accumulate_positions_last(
+    kernels.module().accumulate_positions_last(
         padded[..., :S], [x for x, _ in pairs], [g for _, g in pairs], scales, h0)
     torch.testing.assert_close(padded[..., :S], expected)
     assert (padded[..., S:] == 7).all()
     with pytest.raises(RuntimeError, match="whole heads"):
-        contract_module.compiled_kernels().accumulate_positions_last(
+        kernels.module().accumulate_positions_last(
             padded[..., :S], [x for x, _ in pairs], [g for _, g in pairs], scales, H - heads + 1)
 
 
@@ -177,24 +175,7 @@ def filter_gradients(backend, gated):
     return outs, torch.autograd.grad(loss, params)
 
 
-@pytest.mark.skipif(not compiled_available(), reason="spe_kernels (the compiled extension) is not installed")
-@pytest.mark.parametrize("gated", [True, False])
-def test_older_extension_falls_back_to_torch_gate(monkeypatch, gated):
-    """An spe_kernels without the gated kernels (an older build): the compiled backend still serves
-    the plain contraction, the gate runs in PyTorch, and results equal the torch backend's."""
-    expected = filter_gradients("torch", gated)
-    real = contract_module.compiled_kernels()
-    old = types.SimpleNamespace(forward=real.forward, backward=real.backward, sine_code=real.sine_code,
-                                sine_code_backward=real.sine_code_backward,
-                                accumulate=lambda buf, xs, gs: real.accumulate(buf, xs, gs))
-    monkeypatch.setattr(contract_module, "_compiled", old)
-    assert not gated_compiled(torch.zeros(1, 1, 1, 1), "compiled")
-    got = filter_gradients("compiled", gated)
-    torch.testing.assert_close(got, expected)
-
-
-@pytest.mark.skipif(not hasattr(contract_module.compiled_kernels(), "gated_backward"),
-                    reason="spe_kernels is not installed or predates the gated kernels")
+@pytest.mark.skipif(not kernels.available(), reason="the compiled kernels (spe_kernels) are not installed")
 @pytest.mark.parametrize("gated", [True, False])
 def test_filter_with_gated_kernels_equals_torch(gated):
     assert gated_compiled(torch.zeros(1, 1, 1, 1, dtype=torch.float64))
@@ -203,11 +184,12 @@ def test_filter_with_gated_kernels_equals_torch(gated):
 
 @pytest.mark.parametrize("gated", [True, False])
 def test_without_extension_everything_runs_in_torch(monkeypatch, gated):
-    """No spe_kernels at all: the default backend is "torch" and the results are the torch backend's."""
+    """The kernels switched off (as without spe_kernels): the default backend is "torch" and the
+    results are the torch backend's."""
     expected = filter_gradients("torch", gated)
-    monkeypatch.setattr(contract_module, "_compiled", None)
-    assert SharedCode(torch.zeros(1, 2, 1, 1, 1), torch.zeros(1, 2, 1, 1, 1)).backend == "torch"
-    torch.testing.assert_close(filter_gradients(None, gated), expected)
+    with kernels.plain():
+        assert SharedCode(torch.zeros(1, 2, 1, 1, 1), torch.zeros(1, 2, 1, 1, 1)).backend == "torch"
+        torch.testing.assert_close(filter_gradients(None, gated), expected)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from spe import ConvSPE, SineSPE, SPEFilter
-from spe.contract import (accumulate, compiled_available, compiled_kernels, compute_dtype, contract,
+from spe import kernels
+from spe.contract import (accumulate, compute_dtype, contract,
                           contract_backward, gated_contract, gated_contract_backward)
 from spe.shared import storage_dtype
 from spe_helpers import layers_loss
 
-pytestmark = pytest.mark.skipif(not compiled_available(), reason="float16 codes are read by the compiled "
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="float16 codes are read by the compiled "
                                 "spe_kernels extension (make setup builds it)")
 
 # (B, S, H, D, R): R 64 and D a multiple of 16 run the vector paths (in-register conversion), the
@@ -49,10 +50,10 @@ def test_kernels_read_a_float16_code_as_its_float32_values(gated, size):
 def test_sine_code_in_float16_equals_the_rounded_float32_code(S, J, R):
     torch.manual_seed(S)
     omega, z = torch.randn(S, 3, 5, J), torch.randn(3, 5, J, R)
-    kernels = compiled_kernels()
-    half = kernels.sine_code(omega, z, torch.empty(S, 3, 5, R, dtype=torch.float16))
+    compiled = kernels.module()
+    half = compiled.sine_code(omega, z, torch.empty(S, 3, 5, R, dtype=torch.float16))
     assert half.dtype == torch.float16
-    assert torch.equal(half, kernels.sine_code(omega, z, None).half())
+    assert torch.equal(half, compiled.sine_code(omega, z, None).half())
 
 
 @pytest.mark.parametrize("A, C, B", [(70, 3, 40), (16, 2, 16), (5, 1, 3)])
@@ -60,7 +61,7 @@ def test_swap_outer_into_float16_equals_the_rounded_copy(A, C, B):
     torch.manual_seed(A)
     x = torch.randn(A, C, B + 7)[:, :, 2:B + 2]                          # strided, as a cropped FFT signal
     out = torch.empty(B, C, A, dtype=torch.float16)
-    compiled_kernels().swap_outer(x, out)
+    kernels.module().swap_outer(x, out)
     assert torch.equal(out, x.permute(2, 1, 0).half())
 
 
@@ -73,7 +74,7 @@ def test_storage_dtype_and_errors():
     with pytest.raises(ValueError, match="float32 or float64"):
         accumulate(torch.zeros(2, 1, 3, 4, dtype=torch.float16), [torch.randn(1, 2, 1, 3)], [torch.randn(1, 2, 1, 4)])
     with pytest.raises(RuntimeError, match="float32 for a float16"):
-        compiled_kernels().gated_forward(torch.randn(1, 2, 1, 3, dtype=torch.float64),
+        kernels.module().gated_forward(torch.randn(1, 2, 1, 3, dtype=torch.float64),
                                          torch.randn(2, 1, 3, 4).half(), None, None, None)
 
 

@@ -5,14 +5,13 @@ import math
 import pytest
 import torch
 
-import spe.random as random_module
 from spe import ConvSPE
-from spe.contract import compiled_kernels
+from spe import kernels
 from spe.random import BLOCK, _normal_reference, draw_seed, normal, philox
 
-KERNELS = compiled_kernels()
-needs_kernel = pytest.mark.skipif(not hasattr(KERNELS, "normal_fill"),
-                                  reason="spe_kernels is not installed or predates normal_fill")
+KERNELS = kernels.module()
+needs_kernel = pytest.mark.skipif(not kernels.available(),
+                                  reason="the compiled kernels (spe_kernels) are not installed")
 
 # Random123's known-answer vectors of philox4x32-10: (counter, key, output)
 KNOWN_ANSWERS = [
@@ -27,7 +26,7 @@ KNOWN_ANSWERS = [
 def test_philox_known_answers(counter, key, expected):
     words = philox([torch.tensor([c]) for c in counter], key)
     assert tuple(int(w) for w in words) == expected
-    if hasattr(KERNELS, "philox4x32"):
+    if kernels.available():
         assert tuple(KERNELS.philox4x32(list(counter), list(key))) == expected
 
 
@@ -44,9 +43,9 @@ def test_compiled_draw_equals_reference(dtype, seed):
         torch.testing.assert_close(got, expected, atol=2e-6, rtol=2e-6)
 
 
-def test_reference_runs_when_the_kernel_is_absent(monkeypatch):
-    monkeypatch.setattr(random_module, "compiled_kernels", lambda: None)
-    a = normal((3, 50), 11, 7)
+def test_reference_runs_when_the_kernel_is_absent():
+    with kernels.plain():
+        a = normal((3, 50), 11, 7)
     assert a.shape == (3, 50) and a.dtype == torch.float32
     torch.testing.assert_close(a.view(-1), _normal_reference(11, 7, 150, torch.device("cpu")))
 
@@ -106,10 +105,10 @@ def test_conv_noise_follows_the_generator():
 @pytest.mark.parametrize("compiled", [True, False], ids=["kernel", "reference"])
 def test_rows_spaced_out_in_the_draw(monkeypatch, compiled):
     """row_stride: row r holds the samples from offset + r row_stride, as separate draws of each row."""
-    if compiled and not hasattr(KERNELS, "normal_fill"):
+    if compiled and not kernels.available():
         pytest.skip("spe_kernels is not installed")
     if not compiled:
-        monkeypatch.setattr(random_module, "compiled_kernels", lambda: None)
+        monkeypatch.setattr(kernels, "_enabled", False)
     out = torch.empty(5, 3, 70)                                         # rows of 210 samples, 4 kernel blocks
     normal(out.shape, 9, 33, out=out, row_stride=1000)
     for r in range(5):

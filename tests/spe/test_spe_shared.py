@@ -5,11 +5,12 @@ import pytest
 import torch
 
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
-from spe.contract import (accumulate, backend_for, compiled_available, contract, contract_backward,
+from spe import kernels
+from spe.contract import (accumulate, backend_for, contract, contract_backward,
                           gated_compiled)
 from spe.shared import FLUSH_ROWS
 
-BACKENDS = ["torch"] + (["compiled"] if compiled_available() else [])
+BACKENDS = ["torch"] + (["compiled"] if kernels.available() else [])
 B, N, H, D, R = 3, 11, 2, 4, 6
 
 
@@ -39,9 +40,9 @@ def test_contraction_matches_einsum(backend, batch):
 
 def test_backend_choice_and_errors():
     code = torch.randn(N, H, D, R)
-    assert backend_for(code) == ("compiled" if compiled_available() else "torch")
+    assert backend_for(code) == ("compiled" if kernels.available() else "torch")
     assert backend_for(code.bfloat16()) == "torch"
-    assert backend_for(code.half()) == ("compiled" if compiled_available() else "torch")  # read as float32
+    assert backend_for(code.half()) == ("compiled" if kernels.available() else "torch")  # read as float32
     assert backend_for(code, "torch") == "torch"
     with pytest.raises(ValueError, match="unknown contraction backend"):
         backend_for(code, "cuda")
@@ -159,7 +160,7 @@ def test_shared_code_errors():
         filt(torch.randn(1, 3, 5, H, D), torch.randn(1, 3, 5, H, D), code2d)
 
 
-@pytest.mark.skipif(not compiled_available(), reason="spe_kernels (the compiled extension) is not installed")
+@pytest.mark.skipif(not kernels.available(), reason="spe_kernels (the compiled extension) is not installed")
 @pytest.mark.parametrize("realizations", [R, 32, 64])  # 32, 64: the kernels' fixed-length loops
 def test_compiled_sine_code_equals_einsum_values_and_gradients(realizations):
     from spe.sine import _SineCode

@@ -9,12 +9,12 @@ import torch
 import spe.conv
 import spe.shared as shared_module
 from spe import ConvSPE, SharedCode, SineSPE, SPEFilter
-from spe.contract import compiled_available, compiled_kernels
+from spe import kernels
 from spe.spectra import SeededSpectra, WindowSpectra
 from spe.workspace import Workspace
 from spe_helpers import layers_loss
 
-pytestmark = pytest.mark.skipif(not compiled_available(), reason="the factored gradient needs the compiled "
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="the factored gradient needs the compiled "
                                 "spe_kernels extension (make setup builds it)")
 
 B, N, H, D, K = 3, 11, 2, 5, 3
@@ -162,7 +162,6 @@ def test_workspace_reuses_only_unreferenced_matching_tensors():
 def test_float32_sine_gradient_kernels_equal_float64_reference(J, S, D):  # D = 8: four rows at a time
     """The float32 paths of rows of 64 (butterfly sums across lanes) of the sine code's gradient, from
     a stored code gradient and from the layers' triples, against float64 einsums."""
-    from spe.contract import compiled_kernels
 
     torch.manual_seed(J)
     R = 64
@@ -172,26 +171,26 @@ def test_float32_sine_gradient_kernels_equal_float64_reference(J, S, D):  # D = 
     scales = [torch.rand(H, D, dtype=torch.float64), None]
     G = sum(torch.einsum("bshd,bshr->shdr", x if a is None else x * a, g) for x, g, a in zip(xs, gs, scales))
     want_omega, want_z = torch.einsum("shdr,hdjr->shdj", G, z), torch.einsum("shdj,shdr->hdjr", omega, G)
-    kernels, single = compiled_kernels(), (omega.float(), z.float())
-    got_omega, got_z = kernels.sine_code_backward(G.float().contiguous(), *single)
+    compiled, single = kernels.module(), (omega.float(), z.float())
+    got_omega, got_z = compiled.sine_code_backward(G.float().contiguous(), *single)
     tolerance = {"atol": 1e-4, "rtol": 1e-4}
     torch.testing.assert_close(got_omega.double(), want_omega, **tolerance)
     torch.testing.assert_close(got_z.double(), want_z, **tolerance)
     got_omega, got_z = torch.zeros_like(single[0]), torch.zeros_like(single[1])
     triples = ([x.float() for x in xs], [g.float() for g in gs], [None if a is None else a.float() for a in scales])
-    kernels.sine_pairs_backward(got_omega, got_z, *triples, *single)
+    compiled.sine_pairs_backward(got_omega, got_z, *triples, *single)
     torch.testing.assert_close(got_omega.double(), want_omega, **tolerance)
     torch.testing.assert_close(got_z.double(), want_z, **tolerance)
     # omega's gradient taken on to phases (omega = (cos, sin) pairs): their sums, plain and by position
     phase = want_omega[..., 1::2] * omega[..., 0::2] - want_omega[..., 0::2] * omega[..., 1::2]  # (S, H, D, K)
     positions = torch.arange(S, dtype=torch.float64)[:, None, None, None]
     got_sums, got_z = torch.ones(2, H, D, J // 2, dtype=torch.float64), torch.zeros_like(single[1])  # added to
-    kernels.sine_pairs_phase_backward(got_sums, got_z, *triples, *single)
+    compiled.sine_pairs_phase_backward(got_sums, got_z, *triples, *single)
     torch.testing.assert_close(got_sums, 1 + torch.stack([phase.sum(0), (positions * phase).sum(0)]), **tolerance)
     torch.testing.assert_close(got_z.double(), want_z, **tolerance)
 
 
-@pytest.mark.skipif(not hasattr(compiled_kernels(), "sine_omegas"), reason="spe_kernels is not installed")
+@pytest.mark.skipif(not kernels.available(), reason="spe_kernels is not installed")
 @pytest.mark.parametrize("start", [0, 1_000_003])
 def test_compiled_sine_features_equal_the_reference(start):
     torch.manual_seed(2)
