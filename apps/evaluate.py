@@ -11,7 +11,9 @@ groove: style similarity of continuations of 2-bar prompts -> groove_similarity.
 pe: translation invariance and monotonicity per head -> pe_properties.{csv,md}.
 templates: learned SPE kernels with the gates applied -> templates_<model>_layer<l>.png.
 quality: muspy + MusDr metrics of generated vs real pieces -> quality.{md,csv}, quality_summary.csv,
-    quality_<metric>.png, generated/<model>/*.mid.
+    quality_<metric>.png, generated/<model>/*.mid; and along the piece (song length in bars, every
+    metric and tokens per bar per 16-bar window, bar repetition) -> quality_along.md,
+    quality_windows.csv, quality_along_<mode>.png.
 """
 
 from __future__ import annotations

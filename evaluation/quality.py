@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
 from generation.pieces import first_bars, piece_ids, next_bar_time, start_ids, strip_eos, write_midi
+from evaluation.along import Along, along, bar_token_counts, write_along_outputs
 from evaluation.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
 from generation.sampling import SamplingConfig, generate
 from tokenization import BaseTokenizer, TokenizationError, midi_files
@@ -63,6 +64,7 @@ class QualityRow:
     source: str  # model label, or "real"
     piece: str  # generated piece name, or the real piece's name
     values: dict[str, float]  # metric name -> value (NaN when undefined, e.g. no notes)
+    along: Along | None = None  # the same part measured along its bars
 
 
 # ------------------------------------------------------------------------------ real pieces
@@ -140,11 +142,20 @@ def continuation_start(tokenizer: BaseTokenizer, prompt: Sequence[int]) -> int:
 def measure(tokenizer: BaseTokenizer, ids: Sequence[int], cut: int | None = None) -> dict[str, float]:
     """Metrics of the decoded ids from sub-beat `cut` (a bar line) on; without a cut, from the bar of
     the first note on (as the real pieces, see drop_leading_silence)."""
+    return measure_piece(tokenizer, ids, cut)[0]
+
+
+def measure_piece(tokenizer: BaseTokenizer, ids: Sequence[int], cut: int | None = None
+                  ) -> tuple[dict[str, float], Along]:
+    """`measure`, and the same part of the piece measured along its bars (evaluation.along)."""
     piece = from_midi(tokenizer.decode(list(ids)))
     if cut is None:
         bar = int(np.searchsorted(piece.bars, piece.onsets.min(), side="right")) - 1 if piece.num_notes else 0
-        cut = int(piece.bars[bar])
-    return piece_metrics(piece.after(cut) if cut else piece)
+    else:
+        bar = int(np.searchsorted(piece.bars, cut, side="left"))
+    part = piece.after(int(piece.bars[bar])) if bar else piece.trimmed()
+    bar_tokens = bar_token_counts(tokenizer.bar_starts(list(ids)), len(ids), bar)
+    return piece_metrics(part), along(part, bar_tokens)
 
 
 def measure_real(tokenizer: BaseTokenizer, pieces: Sequence[RealPiece], options: QualityOptions, start_len: int
@@ -155,14 +166,14 @@ def measure_real(tokenizer: BaseTokenizer, pieces: Sequence[RealPiece], options:
         for piece in tqdm(pieces, desc=f"real pieces ({mode})", unit="piece", disable=not options.progress):
             if mode == "unconditional":
                 ids = piece.ids if options.full_real else piece.ids[:start_len + options.tokens]
-                rows.append(QualityRow(mode, REAL, piece.name, measure(tokenizer, ids)))
+                rows.append(QualityRow(mode, REAL, piece.name, *measure_piece(tokenizer, ids)))
                 continue
             prompt = prompt_of(tokenizer, piece, options.prompt_bars)
             if prompt is None:
                 continue
             ids = piece.ids if options.full_real else piece.ids[:len(prompt) + options.tokens]
-            values = measure(tokenizer, ids, continuation_start(tokenizer, prompt))
-            rows.append(QualityRow(mode, REAL, piece.name, values))
+            measured = measure_piece(tokenizer, ids, continuation_start(tokenizer, prompt))
+            rows.append(QualityRow(mode, REAL, piece.name, *measured))
     return rows
 
 
@@ -188,7 +199,7 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
                                       disable=not options.progress):
             result = generate(model, tokenizer, prompt, options.tokens, options.sampling, generator)
             write_midi(tokenizer.decode(result.tokens), outputs.temp(midi_dir / f"{name}.mid"))
-            rows.append(QualityRow(mode, label, name, measure(tokenizer, result.tokens, cut)))
+            rows.append(QualityRow(mode, label, name, *measure_piece(tokenizer, result.tokens, cut)))
     return rows
 
 
@@ -288,7 +299,8 @@ def cell(stats: tuple[float, float, int]) -> str:
 
 def write_quality_outputs(rows: Sequence[QualityRow], out_dir: Path, notes: dict[str, str],
                           outputs: AtomicOutputs) -> str:
-    """quality.csv (per piece), quality_summary.csv, quality.md and quality_<metric>.png."""
+    """quality.csv (per piece), quality_summary.csv, quality.md and quality_<metric>.png, and the
+    measures along the piece (evaluation.along: quality_windows.csv, quality_along.md and .png)."""
     comparisons = compare(rows)
     table = markdown(comparisons, notes)
     with outputs.temp(out_dir / "quality.csv").open("w", newline="") as handle:
@@ -307,7 +319,7 @@ def write_quality_outputs(rows: Sequence[QualityRow], out_dir: Path, notes: dict
     outputs.temp(out_dir / "quality.md").write_text(table)
     for metric in METRICS:
         plot_metric(rows, metric, outputs.temp(out_dir / f"quality_{metric.name}.png"))
-    return table
+    return table + "\n" + write_along_outputs(rows, out_dir, outputs, REAL)
 
 
 def plot_metric(rows: Sequence[QualityRow], metric: Any, path: Path) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator, Sequence
 
 import torch
 
@@ -40,3 +43,25 @@ def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", max_len: int = 256
             network.head.weight[tokenizer.vocab[always]] = 10.0
     save_checkpoint(run_dir, model=network, tokenizer=tokenizer, config=config, step=3)
     return run_dir
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback address now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def served_studio(workdir: Path, runs: Sequence[Path] = ()) -> Iterator[str]:
+    """The studio served on a loopback port while the block runs; yields its base URL."""
+    from apps.studio import build_app
+
+    port = free_port()
+    app = build_app(workdir, list(runs), "cpu")
+    app.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                       allowed_paths=[str(workdir)])
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        app.close()

@@ -9,10 +9,10 @@ test's tmp dir.
 from __future__ import annotations
 
 import shutil
-import socket
 import urllib.request
 import pytest
 
+from cli_helpers import served_studio
 from training.checkpoint import shipped_default
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
@@ -25,25 +25,11 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path):
     pytest.importorskip("gradio")
-    from apps.studio import build_app
-
-    port = free_port()
-    app = build_app(tmp_path / "work", [], "cpu")
-    app.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                       allowed_paths=[str(tmp_path / "work")])
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        app.close()
+    with served_studio(tmp_path / "work") as url:
+        yield url
 
 
 @pytest.fixture

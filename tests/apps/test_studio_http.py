@@ -5,38 +5,24 @@ path exists, and no answer names a server path."""
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 
 import pytest
 
-from cli_helpers import save_tiny
+from cli_helpers import save_tiny, served_studio
 
 API = "gradio_api/call/on_generate"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
 def studio(tmp_path):
     """(base URL, listed run directory) of a studio serving one tiny run under --runs."""
     pytest.importorskip("gradio")
-    from apps.studio import build_app
     from remi import REMITokenizer
 
     run = save_tiny(tmp_path / "runs" / "tiny", REMITokenizer())
-    port = free_port()
-    app = build_app(tmp_path / "work", [tmp_path / "runs"], "cpu")
-    app.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                       allowed_paths=[str(tmp_path / "work")])
-    try:
-        yield f"http://127.0.0.1:{port}/", run
-    finally:
-        app.close()
+    with served_studio(tmp_path / "work", [tmp_path / "runs"]) as url:
+        yield url, run
 
 
 def call(base: str, model: str, seed: int = 0) -> tuple[str, str]:

@@ -8,7 +8,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ from safetensors.torch import load_file, save_file
 import apps.train as train
 import model.performer as performer
 import training.trainer as trainer
+from cli_helpers import free_port
 from model import MusicPerformer
 from training.checkpoint import list_checkpoints, load_checkpoint
 
@@ -30,23 +30,6 @@ TINY = {
               "eval_every": 3, "eval_batches": 2, "ckpt_every": 3, "log_every": 1, "redraw_prob": 0.5,
               "keep_checkpoints": 0},
 }
-
-
-
-@pytest.fixture(scope="module")
-def corpus_root(midi_files, tmp_path_factory):
-    """A REMI corpus of the four test pieces, three copies each (so valid and test are not empty)."""
-    from data import build_midi_folder_corpus
-    from remi import REMITokenizer
-
-    folder = tmp_path_factory.mktemp("train_midi")
-    for path in midi_files.values():
-        for copy in range(3):
-            shutil.copy(path, folder / f"{path.stem}_{copy}.mid")
-    root = tmp_path_factory.mktemp("train_corpus") / "corpus"
-    corpus = build_midi_folder_corpus(folder, root, REMITokenizer(), progress=False)
-    assert corpus.pieces("valid") and corpus.pieces("train")
-    return root
 
 
 def config_file(tmp_path, corpus_root, **sections):
@@ -202,9 +185,7 @@ def test_data_parallel_two_processes(tmp_path, corpus_root):
     config = config_file(tmp_path, corpus_root, train={"max_steps": 3, "eval_every": 0})
     out = tmp_path / "ddp"
     out.mkdir()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(_ddp_worker, args=(2, port, str(config), str(out)), nprocs=2, join=True)
     rank0, rank1 = load_file(out / "rank0.safetensors"), load_file(out / "rank1.safetensors")
     assert rank0.keys() == rank1.keys()

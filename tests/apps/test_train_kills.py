@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,20 +21,6 @@ from training.checkpoint import list_checkpoints
 REPO = Path(__file__).resolve().parents[2]
 KILLS = 20
 CKPT_EVERY = 2  # steps between checkpoints (the interval a kill may cost)
-
-
-@pytest.fixture(scope="module")
-def corpus_root(midi_files, tmp_path_factory):
-    from data import build_midi_folder_corpus
-    from remi import REMITokenizer
-
-    folder = tmp_path_factory.mktemp("kill_midi")
-    for path in midi_files.values():
-        for copy in range(3):
-            shutil.copy(path, folder / f"{path.stem}_{copy}.mid")
-    root = tmp_path_factory.mktemp("kill_corpus") / "corpus"
-    build_midi_folder_corpus(folder, root, REMITokenizer(), progress=False)
-    return root
 
 
 def start(config: Path, out: Path, log: Path, *extra: str) -> subprocess.Popen:

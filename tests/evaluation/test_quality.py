@@ -204,10 +204,19 @@ def test_quality_end_to_end_on_the_shipped_model(real_folder, tmp_path, capsys):
     assert len(summary) == 2 * len(METRIC_NAMES)
     assert {r["met"] for r in summary} <= {"true", "false", ""}
     table = (out / "quality.md").read_text()
-    assert table in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert table in printed and (out / "quality_along.md").read_text() in printed
     assert "within 1 std of real" in table and "<= 2 x real mean" in table
     for name in METRIC_NAMES:
         assert (out / f"quality_{name}.png").read_bytes()[:8] == PNG_MAGIC
+    assert "length in bars" in (out / "quality_along.md").read_text()
+    with (out / "quality_windows.csv").open() as handle:
+        windows = list(csv.DictReader(handle))
+    assert {(r["mode"], r["source"]) for r in windows} == {(m, s) for m in ("unconditional", "continuation")
+                                                          for s in ("real", shipped)}
+    assert all(int(r["bars"]) <= 8 and r["window"] == "" for r in windows)  # 8-bar pieces fill no window
+    for mode in ("unconditional", "continuation"):
+        assert (out / f"quality_along_{mode}.png").read_bytes()[:8] == PNG_MAGIC
     midi_files = sorted(p.name for p in (out / "generated" / shipped).iterdir())
     assert len(midi_files) == 4 and midi_files[0].startswith("continuation_000_song_")
     assert all(len(miditoolkit.MidiFile(str(out / "generated" / shipped / n)).instruments) == 1
