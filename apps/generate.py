@@ -1,6 +1,6 @@
 """spe-generate: sample a piece from a trained checkpoint.
 
-    spe-generate --checkpoint runs/pop_sine --out song.mid [--prompt intro.mid --prompt-bars 4]
+    spe-generate --checkpoint runs/pop_sine --out song.mid [--prompt intro.mid --prompt-bars 4 | all]
                  [--tokens 3072 | --bars 32] [--top-p 0.9 --temperature 1.2 --seed 0 --no-constraints]
                  [--num-samples 4] [--no-audio]
 
@@ -38,8 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="song.mid",
                         help="output MIDI (.txt/.png/.wav written beside) (default: %(default)s)")
     parser.add_argument("--prompt", default=None, help="MIDI file whose first bars prompt the model")
-    parser.add_argument("--prompt-bars", type=int, default=4,
-                        help="bars of --prompt to keep (default: %(default)s)")
+    parser.add_argument("--prompt-bars", type=bars_or_all, default=4,
+                        help="bars of --prompt to keep, or 'all' to continue after its end (default: "
+                             "%(default)s)")
     parser.add_argument("--tokens", type=int, default=None,
                         help="new tokens to generate (default: the checkpoint's generate.tokens); "
                              "with --bars, the token budget")
@@ -66,11 +67,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_app("spe-generate", lambda: run(args))
 
 
+ALL = "all"  # --prompt-bars all: the whole prompt
+
+
+def bars_or_all(text: str) -> int | str:
+    """argparse type of --prompt-bars: a number of bars >= 1, or 'all'."""
+    if text.strip().lower() == ALL:
+        return ALL
+    try:
+        bars = int(text)
+    except ValueError:
+        bars = 0
+    if bars < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of bars >= 1 or 'all', got {text!r}")
+    return bars
+
+
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.suffix.lower() not in MIDI_SUFFIXES:
         raise ValueError(f"--out must name a .mid file, got {out}")
-    for name in ("tokens", "bars", "prompt_bars", "num_samples"):
+    for name in ("tokens", "bars", "num_samples"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -89,7 +106,7 @@ def run(args: argparse.Namespace) -> None:
     seed = defaults.seed if args.seed is None else args.seed
 
     if args.prompt is not None:
-        prompt = prompt_ids(tokenizer, args.prompt, args.prompt_bars)
+        prompt = prompt_ids(tokenizer, args.prompt, None if args.prompt_bars == ALL else args.prompt_bars)
     else:
         prompt = start_ids(tokenizer)
     bars_from = len(prompt) if args.prompt is not None else 0

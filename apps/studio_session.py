@@ -65,6 +65,7 @@ class Request:
     model: str = SHIPPED  # one of `model_choices`: SHIPPED, "NAME (shipped)" or a run directory
     prompt: str | None = None  # uploaded MIDI file, or None to start from nothing
     prompt_bars: int = 4  # bars of the prompt kept
+    whole_prompt: bool = False  # keep the whole uploaded piece and continue after its end
     length: int = 4  # how much to generate, in `unit`
     unit: str = "bars"  # "bars" or "tokens"
     temperature: float = 1.0  # softmax temperature
@@ -105,13 +106,14 @@ class Step:
 
 
 def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: Any, temperature: Any,
-                 top_p: Any, seed: Any, samples: Any) -> Request:
+                 top_p: Any, seed: Any, samples: Any, whole: Any = False) -> Request:
     """A Request from the page's raw values (numbers arrive as int, float, text or None: a client of
     the HTTP API sends what it likes); a StudioError names the field of a value that is not a number
     of its kind."""
     return Request(model=model, prompt=prompt, prompt_bars=whole_number(prompt_bars, "prompt bars", 1),
                    length=whole_number(length, "length", 0), unit=unit, temperature=finite_number(temperature, "temperature"),
-                   top_p=finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0), num_samples=whole_number(samples, "samples", 1))
+                   top_p=finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0),
+                   num_samples=whole_number(samples, "samples", 1), whole_prompt=bool(whole))
 
 
 def whole_number(value: Any, name: str, default: int) -> int:
@@ -217,7 +219,8 @@ class StudioSession:
         if prompt_file is None:
             prompt = start_ids(tokenizer)
         else:
-            prompt, reference = self._prompt(tokenizer, prompt_file, int(request.prompt_bars))
+            bars = None if request.whole_prompt else int(request.prompt_bars)
+            prompt, reference = self._prompt(tokenizer, prompt_file, bars)
         budget = self._budget(request.length, request.unit)
         try:
             generator = seeded_generator(check_seed(request.seed), self.device)
@@ -266,15 +269,16 @@ class StudioSession:
         return self.checkpoints[key]
 
     @staticmethod
-    def _prompt(tokenizer: BaseTokenizer, path: Path, bars: int) -> tuple[list[int], list[int] | None]:
-        """Prompt ids (the first `bars` bars; at least 1) and, for groove models, the whole piece's ids."""
-        if bars < 1:
+    def _prompt(tokenizer: BaseTokenizer, path: Path, bars: int | None) -> tuple[list[int], list[int] | None]:
+        """Prompt ids (the first `bars` bars, at least 1; None: the whole piece) and, for groove
+        models, the whole piece's ids."""
+        if bars is not None and bars < 1:
             raise StudioError(f"prompt bars must be >= 1, got {bars}")
         try:
             ids = piece_ids(tokenizer, path)
         except (ValueError, OSError) as error:  # TokenizationError is a ValueError
             raise StudioError(f"cannot read {path.name} as a prompt: {error}") from None
-        prompt = first_bars(tokenizer, ids, bars) or ids
+        prompt = ids if bars is None else first_bars(tokenizer, ids, bars) or ids
         if len(prompt) < 2:
             raise StudioError(f"{path.name} has no notes to start from")
         return prompt, (ids if format_of(tokenizer) == "groove" else None)

@@ -35,6 +35,8 @@ from evaluation.quality_metrics import METRICS, NotePiece, piece_metrics
 WINDOW_BARS = 16  # bars per window
 REPEAT_LAG = 8  # the smallest distance in bars at which a bar's restatement counts
 EMPTY_BEAT_FLOOR = 0.02  # the empty-beat rate a window may reach whatever the real pieces' rate
+MIN_BAND = 5  # real pieces a window needs for its band to be drawn (fewer: a line through a few songs)
+TABLE_WINDOWS = 4  # windows every table shows (bars 1-64), more where a model's pieces reach them
 TOKENS_PER_BAR = "tokens_per_bar"
 WINDOW_MEASURES = tuple(m.name for m in METRICS) + (TOKENS_PER_BAR,)
 TITLES = {**{m.name: m.title for m in METRICS}, TOKENS_PER_BAR: "tokens per bar"}
@@ -161,7 +163,9 @@ def window_markdown(stats: Sequence[WindowStats], real: str) -> str:
     index = {(s.mode, s.source, s.measure, s.window): s for s in stats}
     blocks = []
     for mode, source in dict.fromkeys((s.mode, s.source) for s in stats if s.source != real):
-        windows = sorted({s.window for s in stats if s.mode == mode})
+        reached = [s.window for s in stats if (s.mode, s.source) == (mode, source) and s.count]
+        last = max(reached + [TABLE_WINDOWS - 1])
+        windows = sorted({s.window for s in stats if s.mode == mode and s.window <= last})
         lines = [f"**{mode}**, {source} against {real} pieces, per window (generated / real mean ± std; "
                  f"n generated / real):", "",
                  "| measure | " + " | ".join(window_label(w) for w in windows) + " |",
@@ -207,7 +211,7 @@ def write_along_outputs(rows: Sequence[Any], out_dir: Path, outputs: Any, real: 
 
 def plot_along(stats: Sequence[WindowStats], real: str, mode: str, path: Path) -> None:
     """One panel per measure: each model's window means against bar position, over the real pieces'
-    mean ± std band."""
+    mean ± std band (where at least MIN_BAND real pieces fill the window)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,7 +222,7 @@ def plot_along(stats: Sequence[WindowStats], real: str, mode: str, path: Path) -
     figure, axes = plt.subplots(rows, columns, figsize=(4.0 * columns, 2.8 * rows), squeeze=False)
     sources = list(dict.fromkeys(s.source for s in stats if s.source != real))
     for axis, measure in zip(axes.flat, WINDOW_MEASURES):
-        reference = sorted((s for s in stats if s.source == real and s.measure == measure and s.count),
+        reference = sorted((s for s in stats if s.source == real and s.measure == measure and s.count >= MIN_BAND),
                            key=lambda s: s.window)
         if reference:
             x = [s.window * WINDOW_BARS + WINDOW_BARS / 2 + 0.5 for s in reference]
@@ -234,7 +238,8 @@ def plot_along(stats: Sequence[WindowStats], real: str, mode: str, path: Path) -
         axis.set_title(TITLES[measure], fontsize="medium")
         axis.set_xlabel("bar (window centre)", fontsize="small")
         if not reference:
-            axis.text(0.5, 0.5, f"no piece fills a {WINDOW_BARS}-bar window", ha="center", va="center",
+            axis.text(0.5, 0.5, f"fewer than {MIN_BAND} real pieces fill a {WINDOW_BARS}-bar window",
+                      ha="center", va="center",
                       transform=axis.transAxes, fontsize="small", color="0.4")
     for axis in list(axes.flat)[len(WINDOW_MEASURES):]:
         axis.axis("off")

@@ -53,11 +53,11 @@ def next_bar_time(tokenizer: BaseTokenizer, prompt: Sequence[int]) -> float:
     return state.next_bar_time()
 
 
-def prompt_ids(tokenizer: BaseTokenizer, path: str | Path, bars: int) -> list[int]:
-    """The ids of the first `bars` bars of a MIDI file (all of it when shorter; TokenizationError on
-    a bad file)."""
+def prompt_ids(tokenizer: BaseTokenizer, path: str | Path, bars: int | None) -> list[int]:
+    """The ids of the first `bars` bars of a MIDI file (all of it when shorter, or when `bars` is
+    None: a whole song to continue after its end); TokenizationError on a bad file."""
     ids = piece_ids(tokenizer, path)
-    prompt = first_bars(tokenizer, ids, bars)
+    prompt = ids if bars is None else first_bars(tokenizer, ids, bars)
     if prompt is None:
         logger.info("prompt %s has fewer than %d bars: using all of it", path, bars + 1)
         prompt = ids

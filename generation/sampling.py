@@ -46,6 +46,7 @@ class GrammarDeadEnd(RuntimeError):
 
 NUCLEUS_SCOPES = ("token", "type")  # where the top_p cut applies: the whole vocabulary, or each token type
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes seeds 0 .. 2**64 - 1
+PROMPT_CHUNK = 1024  # prompt tokens read into the recurrent state in one pass (memory: one chunk's)
 
 
 @dataclass
@@ -152,7 +153,8 @@ def check_length(model: MusicPerformer, total: int) -> None:
 class Decoder:
     """Resumable, batched recurrent decoding: `num_samples` continuations of one prompt.
 
-    The prompt is fed once (batch 1) and its recurrent state copied to every sample; then each call of
+    The prompt is fed once (batch 1, in chunks of PROMPT_CHUNK tokens: any length at the memory of
+    one chunk) and its recurrent state copied to every sample; then each call of
     `run` samples up to n tokens for every unfinished sample in one batched `model.step` per position.
     All samples share one positional noise (the model draws one realisation per batch) and differ by
     their draws. Each sample has its own grammar state and ends at EOS or when `stop` says so; `run` can
@@ -185,13 +187,15 @@ class Decoder:
         self.noise = model.draw_positional_noise(capacity, generator=generator)  # one realisation for all
         grammar = tokenizer.constraint_state() if self.sampling.constrained else None
         self.types = token_types(tokenizer) if self.sampling.nucleus == "type" else None  # (V,) or None
+        if grammar is not None:
+            for position, token in enumerate(prompt):
+                _check_allowed(grammar, token, tokenizer, position)
+                grammar.advance(token)
         with torch.no_grad():
             state = model.init_state(1, positional_noise=self.noise)
-            for position, token in enumerate(prompt):
-                if grammar is not None:
-                    _check_allowed(grammar, token, tokenizer, position)
-                    grammar.advance(token)
-                logits, state = model.step(torch.tensor([token], device=self.device), state)  # (1, V)
+            ids = torch.tensor([prompt], device=self.device)  # (1, P)
+            for start in range(0, len(prompt), PROMPT_CHUNK):  # the state after every chunk, as steps give
+                logits, state = model.feed(ids[:, start:start + PROMPT_CHUNK], state)  # (1, V)
         self.state = repeat_state(state, num_samples)
         self.logits = logits.expand(num_samples, -1)  # (B, V): next-token logits of every sample
         self.grammars = None if grammar is None else [copy.deepcopy(grammar) for _ in range(num_samples)]

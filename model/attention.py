@@ -66,16 +66,22 @@ class CausalLinearAttention(nn.Module):
 
     def step(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext,
              state: LayerState) -> tuple[torch.Tensor, LayerState]:
-        """One position: (B, 1, d_model) -> (B, 1, d_model) and the updated state."""
-        B, _, C = x.shape
-        q, k, v = self.inputs(x, pe, context)  # (B, H, 1, F), (B, H, 1, F), (B, H, 1, D)
-        phi_q = self.features.queries(q)  # (B, H, 1, M)
-        phi_k, offset = self.features.keys(k, state.offset)  # (B, H, 1, M), (B, H, 1, 1)
-        values = F.pad(v, (0, 1), value=1.0)  # (B, H, 1, D + 1)
-        kv = state.kv * torch.exp(state.offset - offset) + phi_k.transpose(-1, -2) @ values
-        out = phi_q @ kv  # (B, H, 1, D + 1)
-        y = out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)  # (B, H, 1, D)
-        y = y.transpose(1, 2).reshape(B, 1, C)  # (B, 1, d_model)
+        """The N positions after `state`: (B, N, d_model) -> (B, N, d_model) and the updated state.
+        One position is a generation step; a chunk of them (a prompt read at once) attends causally
+        within the chunk and to the state's past."""
+        B, N, C = x.shape
+        q, k, v = self.inputs(x, pe, context)  # (B, H, N, F), (B, H, N, F), (B, H, N, D)
+        phi_q = self.features.queries(q)  # (B, H, N, M)
+        phi_k, offset = self.features.keys(k, state.offset)  # (B, H, N, M), (B, H, 1, 1)
+        values = F.pad(v, (0, 1), value=1.0)  # (B, H, N, D + 1)
+        past = state.kv * torch.exp(state.offset - offset)  # (B, H, M, D + 1), rescaled to the new offset
+        kv = past + phi_k.transpose(-1, -2) @ values  # (B, H, M, D + 1)
+        if N == 1:
+            out = phi_q @ kv  # (B, H, 1, D + 1)
+        else:
+            out = self.kernel(phi_q, phi_k, values) + phi_q @ past  # (B, H, N, D + 1)
+        y = out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)  # (B, H, N, D)
+        y = y.transpose(1, 2).reshape(B, N, C)  # (B, N, d_model)
         return self.dropout(self.proj(y)), LayerState(kv=kv, offset=offset)
 
     def initial_state(self, batch_size: int, like: torch.Tensor) -> LayerState:

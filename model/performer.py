@@ -152,17 +152,24 @@ class MusicPerformer(nn.Module):
     def step(self, tokens: torch.Tensor, state: GenerationState
              ) -> tuple[torch.Tensor, GenerationState]:
         """Feed the tokens (B,) at position state.position: logits (B, vocab_size), next state."""
-        if tokens.dim() != 1 or tokens.shape[0] != state.layers[0].kv.shape[0]:
-            raise ValueError(f"step expects tokens of shape ({state.layers[0].kv.shape[0]},), "
+        if tokens.dim() != 1:
+            raise ValueError(f"step expects tokens of shape (batch,), got {tuple(tokens.shape)}")
+        return self.feed(tokens[:, None], state)
+
+    def feed(self, tokens: torch.Tensor, state: GenerationState) -> tuple[torch.Tensor, GenerationState]:
+        """Feed the tokens (B, N) at positions state.position onwards in one pass (a prompt read in
+        chunks, the same state as N steps): the last position's logits (B, vocab_size), next state."""
+        if tokens.dim() != 2 or tokens.shape[0] != state.layers[0].kv.shape[0]:
+            raise ValueError(f"feed expects tokens of shape ({state.layers[0].kv.shape[0]}, length), "
                              f"got {tuple(tokens.shape)}")
-        x, context = self._embed(tokens[:, None], state.positional_noise, start=state.position)  # (B, 1, C)
+        x, context = self._embed(tokens, state.positional_noise, start=state.position)  # (B, N, C)
         layers = []
         for block, layer_state in zip(self.blocks, state.layers):
             x, layer_state = block.step(x, self.pe, context, layer_state)
             layers.append(layer_state)
-        logits = self.head(self.ln_f(x))[:, 0]  # (B, V)
-        return logits, GenerationState(position=state.position + 1, positional_noise=state.positional_noise,
-                                       layers=layers)
+        logits = self.head(self.ln_f(x[:, -1]))  # (B, V)
+        return logits, GenerationState(position=state.position + tokens.shape[1],
+                                       positional_noise=state.positional_noise, layers=layers)
 
     def _embed(self, tokens: torch.Tensor, positional_noise: PositionalNoise | None, start: int
                ) -> tuple[torch.Tensor, PositionalContext]:

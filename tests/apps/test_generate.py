@@ -79,6 +79,15 @@ def test_prompt_continuation_keeps_the_prompt(remi_run, remi, chorale_midi, tmp_
     assert len(prompt) < len(tokens) <= len(prompt) + 20
 
 
+def test_a_whole_song_is_continued_after_its_end(remi_run, remi, chorale_midi, tmp_path):
+    out = tmp_path / "whole.mid"
+    assert main(["--checkpoint", str(remi_run), "--out", str(out), "--prompt", str(chorale_midi),
+                 "--prompt-bars", "all", "--tokens", "12", "--no-progress"]) == 0
+    whole = remi.tokens_to_strings([i for i in remi.encode(chorale_midi) if i != remi.eos_id])
+    tokens = read_tokens(tmp_path / "whole.txt")
+    assert len(whole) > 200 and tokens[:len(whole)] == whole and len(whole) < len(tokens) <= len(whole) + 12
+
+
 def test_bars_limit_the_new_bars(remi, chorale_midi, tmp_path):
     run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")  # a model that only writes bar lines
     out = tmp_path / "bars.mid"
@@ -140,7 +149,7 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
 @pytest.mark.parametrize("case", ["missing_checkpoint", "not_a_checkpoint", "missing_prompt", "bad_prompt",
                                   "bad_out", "zero_tokens", "too_long", "bad_option", "zero_samples",
                                   "missing_soundfont", "huge_seed", "negative_seed", "inf_temperature",
-                                  "nan_top_p"])
+                                  "nan_top_p", "bad_prompt_bars"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -174,12 +183,16 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
         args += ["--temperature", "inf"]
     elif case == "nan_top_p":
         args += ["--top-p", "nan"]
+    elif case == "bad_prompt_bars":
+        args += ["--prompt", str(tmp_path / "absent.mid"), "--prompt-bars", "0"]
     assert exit_status(main, args) != 0
     message = assert_one_error_line(capsys)
     if case == "too_long":
         assert "16 positions" in message
     if case.endswith("seed"):
         assert "--seed" in message and "2**64 - 1" in message
+    if case == "bad_prompt_bars":
+        assert "--prompt-bars" in message and "'all'" in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -81,6 +81,19 @@ def test_bars_are_counted_per_sample_from_a_prompt(tmp_path, chorale_midi):
         assert sample.new_tokens > 0
 
 
+def test_a_whole_uploaded_song_is_continued_after_its_end(tmp_path, chorale_midi):
+    from remi import REMITokenizer
+
+    run = save_tiny(tmp_path / "runs" / "tiny", REMITokenizer())
+    session = StudioSession(tmp_path / "work", runs=[run])
+    request = page_request(str(run), str(chorale_midi), 2, 6, "tokens", 1.0, 0.9, 0, 1, True)
+    assert request.whole_prompt
+    view = session.generate(request)
+    whole = [i for i in session.ckpt.tokenizer.encode(chorale_midi) if i != session.ckpt.tokenizer.eos_id]
+    assert session.decoder.prompt_len == len(whole) and session.decoder.tokens[0][:len(whole)] == whole
+    assert view.samples[0].new_tokens > 0
+
+
 def test_groove_continuation_shows_style_similarity(tmp_path):
     run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
     upload = band_midi(tmp_path / "band.mid")

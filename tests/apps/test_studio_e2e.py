@@ -94,3 +94,40 @@ def test_upload_generate_and_hear(server, browser, tmp_path):
     browser.save_screenshot(str(shot))
     assert shot.read_bytes()[:4] == b"\x89PNG"
     assert list((tmp_path / "work").rglob("sample_1.wav"))
+
+
+def test_continue_after_the_whole_uploaded_song(server, browser, chorale_midi):
+    """Ticking "whole song" keeps every bar of the upload: the sample starts with all of it."""
+    import re
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 60)
+    browser.get(server)
+    upload = wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, "#prompt input[type=file]")))
+    upload.send_keys(str(chorale_midi))
+    wait.until(lambda page: chorale_midi.name in "".join(page.find_element(By.CSS_SELECTOR, "#prompt").text.split()))
+    bars = wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#prompt_bars input[type=number]")))
+    bars.clear()
+    bars.send_keys("1")
+    length = wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#length input")))
+    length.clear()
+    length.send_keys("8")
+    wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#unit input[value='tokens']"))).click()
+    sizes, previous = [], ""
+
+    def new_status(page):
+        text = page.find_element(By.CSS_SELECTOR, "#status").text
+        done = text.startswith("Step 1: generated")  # the status alone, not under the progress overlay
+        return text if done and text != previous else False
+
+    for whole in (False, True):
+        if whole:
+            box = wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#whole_song input[type=checkbox]")))
+            box.click()
+        wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#generate"))).click()
+        previous = wait.until(new_status)
+        sizes.append(int(re.search(r"sample 1 has (\d+) tokens", previous).group(1)))
+    assert sizes[1] > 2 * sizes[0]  # every bar of the chorale is in the prompt, not its first only

@@ -46,6 +46,27 @@ def test_recurrent_steps_equal_parallel_forward(make_model, tokens, pe, options)
     assert (parallel[:, 1:] - parallel[:, :-1]).abs().max() > 1e-2  # outputs do vary with position
 
 
+@pytest.mark.parametrize("pe", ALL_PE)
+@pytest.mark.parametrize("chunks", [(24,), (5, 1, 11, 7), (1,) * 3 + (21,)])
+def test_feeding_chunks_equals_steps(make_model, tokens, pe, chunks):
+    """A prompt read in chunks (`feed`) leaves the state N steps leave, and the same last logits."""
+    model = make_model(pe)
+    noise = model.draw_positional_noise(tokens.shape[1])
+    with torch.no_grad():
+        stepped = model.init_state(tokens.shape[0], positional_noise=noise)
+        for t in range(tokens.shape[1]):
+            step_logits, stepped = model.step(tokens[:, t], stepped)
+        fed, start = model.init_state(tokens.shape[0], positional_noise=noise), 0
+        for size in chunks:
+            fed_logits, fed = model.feed(tokens[:, start:start + size], fed)
+            start += size
+    assert fed.position == stepped.position == tokens.shape[1]
+    torch.testing.assert_close(fed_logits, step_logits, atol=1e-4, rtol=1e-4)
+    for a, b in zip(fed.layers, stepped.layers):
+        torch.testing.assert_close(a.offset, b.offset)
+        torch.testing.assert_close(a.kv, b.kv, atol=1e-4, rtol=1e-4)
+
+
 def test_recurrent_steps_stay_exact_when_the_key_maximum_grows(make_model, tokens):
     model = make_model("rope")
     with torch.no_grad():
@@ -227,5 +248,7 @@ def test_input_errors(make_model, tokens):
     state = model.init_state(2)
     with pytest.raises(ValueError, match="step expects"):
         model.step(tokens[:, :2], state)
+    with pytest.raises(ValueError, match="feed expects"):
+        model.feed(tokens[0], state)
     with pytest.raises(ValueError, match="batch_size"):
         model.init_state(0)
