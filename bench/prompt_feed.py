@@ -23,7 +23,7 @@ import torch
 
 from bench.timing import peak_rss_mb, run_isolated
 
-SONGS = ("001", "002", "003")  # POP909 song numbers of the prompts (NNN/NNN.mid)
+SONGS = ("001", "002", "004")  # POP909 song numbers of the prompts (NNN.mid)
 NEW_TOKENS = 16
 
 
@@ -51,7 +51,7 @@ def worker(spec: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--songs", required=True, help="the POP909 folder (NNN/NNN.mid)")
+    parser.add_argument("--songs", help="the POP909 folder (NNN.mid)")
     parser.add_argument("--checkpoint", default="pop909", help="model (default: the shipped pop909)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--stepwise", action="store_true", help="also read the 1-song prompt token by token")
@@ -60,7 +60,12 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
-    paths = [str(Path(args.songs) / song / f"{song}.mid") for song in SONGS]
+    if args.songs is None:
+        parser.error("--songs is required: the POP909 folder, e.g. ../shared/data/pop909")
+    paths = [str((Path(args.songs) / f"{song}.mid").resolve()) for song in SONGS]
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        parser.error(f"not found: {', '.join(missing)}")
     runs = [("1 song", paths[:1], None), ("3 songs", paths, None)]
     if args.stepwise:
         runs.append(("1 song, token by token", paths[:1], 1))
