@@ -63,7 +63,9 @@ def piano_midi(path):
     return path
 
 
-def test_upload_generate_and_hear(server, browser, tmp_path):
+def open_with_upload(browser, server, midi_path, prompt_bars: int, tokens: int):
+    """Open the page, upload `midi_path`, keep `prompt_bars` bars and ask for `tokens` tokens; returns
+    (WebDriverWait, By, expected_conditions)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
@@ -71,16 +73,21 @@ def test_upload_generate_and_hear(server, browser, tmp_path):
     wait = WebDriverWait(browser, 60)
     browser.get(server)
     upload = wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, "#prompt input[type=file]")))
-    upload.send_keys(str(piano_midi(tmp_path / "prompt.mid")))
+    upload.send_keys(str(midi_path))
     # gradio 6.31 renders the uploaded name as <span>prompt</span> <span>.mid</span>: compare without blanks
-    wait.until(lambda page: "prompt.mid" in "".join(page.find_element(By.CSS_SELECTOR, "#prompt").text.split()))
+    wait.until(lambda page: midi_path.name in "".join(page.find_element(By.CSS_SELECTOR, "#prompt").text.split()))
     bars = wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#prompt_bars input[type=number]")))
     bars.clear()
-    bars.send_keys("1")
+    bars.send_keys(str(prompt_bars))
     length = wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#length input")))
     length.clear()
-    length.send_keys("16")
+    length.send_keys(str(tokens))
     wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#unit input[value='tokens']"))).click()
+    return wait, By, ready
+
+
+def test_upload_generate_and_hear(server, browser, tmp_path):
+    wait, By, ready = open_with_upload(browser, server, piano_midi(tmp_path / "prompt.mid"), 1, 16)
     wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#generate"))).click()
     wait.until(ready.text_to_be_present_in_element((By.CSS_SELECTOR, "#status"), "Step 1: generated"))
     assert "+16 tokens" in browser.find_element(By.CSS_SELECTOR, "#status").text
@@ -100,22 +107,7 @@ def test_continue_after_the_whole_uploaded_song(server, browser, chorale_midi):
     """Ticking "whole song" keeps every bar of the upload: the sample starts with all of it."""
     import re
 
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ready
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    wait = WebDriverWait(browser, 60)
-    browser.get(server)
-    upload = wait.until(ready.presence_of_element_located((By.CSS_SELECTOR, "#prompt input[type=file]")))
-    upload.send_keys(str(chorale_midi))
-    wait.until(lambda page: chorale_midi.name in "".join(page.find_element(By.CSS_SELECTOR, "#prompt").text.split()))
-    bars = wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#prompt_bars input[type=number]")))
-    bars.clear()
-    bars.send_keys("1")
-    length = wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#length input")))
-    length.clear()
-    length.send_keys("8")
-    wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#unit input[value='tokens']"))).click()
+    wait, By, ready = open_with_upload(browser, server, chorale_midi, 1, 8)
     sizes, previous = [], ""
 
     def new_status(page):
