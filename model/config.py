@@ -28,8 +28,8 @@ class ModelConfig:
     num_sines: int = 5  # sine_spe only: K, sinusoidal components per (head, feature)
     kernel_size: int = 128  # conv_spe only: P, length of the learned filters
     # SPE only: precision the shared code is stored in while it serves the layers of a training pass
-    # with the compiled CPU kernels: float16 (half the memory and the bytes read per layer; values
-    # rounded to 11 significant bits) or float32 (exactly the computed code). Passes without
+    # where spe can read it back in float32: float16 (half the memory and the bytes read per layer;
+    # values rounded to 11 significant bits) or float32 (exactly the computed code). Passes without
     # gradients (evaluation, generation) always keep the computed code
     code_dtype: str = "float16"
     feature_dims: int = 128  # M, number of FAVOR+ positive orthogonal random features

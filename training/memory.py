@@ -2,11 +2,9 @@
 
 A training step allocates and frees the same large tensors every time. glibc serves each allocation
 above its mmap threshold (at most 32 MiB) with a fresh mapping and unmaps it when freed, so every
-step touches new pages again: one page fault, and a page zeroed by the kernel, per 4 KiB. When SPE
-allocated its codes, their gradient buffers and convSPE's spectra (100+ MiB each at the paper's
-width) afresh every step, a step on a 2-core machine spent 1.0 s (sineSPE) and 2.8 s (convSPE) in
-the kernel, against 0.36 s for APE (bench/README.md); SPE now reuses its codes and needs no such
-buffers, so this matters mostly for other large per-step allocations. With `reuse_freed_memory()` glibc serves every allocation
+step touches new pages again: one page fault, and a page zeroed by the operating system, per 4 KiB
+(bench/README.md measures the system time this costs). SPE reuses its codes from step to step, so
+this matters mostly for other large per-step allocations. With `reuse_freed_memory()` glibc serves every allocation
 from its heap (M_MMAP_MAX = 0) and never trims it (M_TRIM_THRESHOLD = -1): freed blocks are reused
 as they are. The price is memory: blocks that no later allocation fits stay resident, and peak
 memory crept up by about 10% over the first 200 steps in bench/README.md's measurement (trimming
