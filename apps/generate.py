@@ -2,7 +2,7 @@
 
     spe-generate --checkpoint runs/pop_sine --out song.mid [--prompt intro.mid --prompt-bars 4 | all]
                  [--tokens 3072 | --bars 32] [--top-p 0.9 --temperature 1.2 --seed 0 --no-constraints]
-                 [--num-samples 4] [--no-audio]
+                 [--num-samples 4] [--no-audio] [--chords "C Am | F G7"]
 
 Writes song.mid, song.txt (one token per line), song.png (piano roll), song.wav and song.ogg (rendered
 offline with a General MIDI SoundFont, see generation/audio.py; --no-audio skips them). With --num-samples N
@@ -22,6 +22,7 @@ from typing import Sequence
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
                       threads_argument)
 from generation.audio import AudioConfig
+from generation.chords import ChordSteer, parse_progression
 from generation.pieces import bar_stop, keep_bars, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator
 from model import resolve_device
@@ -41,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-bars", type=bars_or_all, default=4,
                         help="bars of --prompt to keep, or 'all' to continue after its end (default: "
                              "%(default)s)")
+    parser.add_argument("--chords", default=None, metavar="PROGRESSION",
+                        help='one chord per bar to follow, lead-sheet symbols: "C Am | F G7 | N" (roots A-G '
+                             "with # or b; qualities '', m, dim, aug, sus2, sus4, 7, maj7, m7, dim7, m7b5; N: "
+                             "no chord); the bars after the prompt follow it, --bars defaults to its length")
+    parser.add_argument("--chords-file", default=None, metavar="FILE", help="--chords read from a text file")
     parser.add_argument("--tokens", type=int, default=None,
                         help="new tokens to generate (default: the checkpoint's generate.tokens); "
                              "with --bars, the token budget")
@@ -83,6 +89,23 @@ def bars_or_all(text: str) -> int | str:
     return bars
 
 
+def progression(args: argparse.Namespace) -> list | None:
+    """The chords of --chords or --chords-file (None without either), checked before anything loads."""
+    if args.chords is not None and args.chords_file is not None:
+        raise ValueError("give --chords or --chords-file, not both")
+    text = args.chords
+    if args.chords_file is not None:
+        path = Path(args.chords_file)
+        if not path.is_file():
+            raise ValueError(f"chords file not found: {path}")
+        text = path.read_text(errors="replace")
+    if text is None:
+        return None
+    if args.no_constraints:
+        raise ValueError("--chords needs the grammar-constrained sampler: drop --no-constraints")
+    return parse_progression(text)
+
+
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.suffix.lower() not in MIDI_SUFFIXES:
@@ -95,6 +118,7 @@ def run(args: argparse.Namespace) -> None:
         raise ValueError(f"prompt file not found: {args.prompt}")
     if args.soundfont is not None and not Path(args.soundfont).is_file():
         raise ValueError(f"soundfont not found: {args.soundfont}")
+    chords = progression(args)
     set_threads(args.threads)
     device = resolve_device(args.device)
     ckpt = load_model(args.checkpoint, device)
@@ -110,6 +134,9 @@ def run(args: argparse.Namespace) -> None:
     else:
         prompt = start_ids(tokenizer)
     bars_from = len(prompt) if args.prompt is not None else 0
+    steer = None if chords is None else ChordSteer(tokenizer, chords, bars_from)
+    if chords is not None and args.bars is None:
+        args.bars = len(chords)
     stop = None if args.bars is None else bar_stop(tokenizer, bars_from, args.bars)
     logger.info("generating %d sample(s) of up to %d tokens after a %d-token prompt (top_p=%g, "
                 "nucleus over each %s, temperature=%g, %s, seed %d)", args.num_samples, budget, len(prompt), sampling.top_p,
@@ -117,7 +144,7 @@ def run(args: argparse.Namespace) -> None:
                 sampling.temperature, "constrained" if sampling.constrained else "unconstrained", seed)
     results = generate_batch(ckpt.model, tokenizer, prompt, budget, args.num_samples, sampling,
                              generator=seeded_generator(seed, device), progress=not args.no_progress,
-                             stop=stop)
+                             stop=stop, steer=steer)
     if args.bars is not None:
         results = [keep_bars(tokenizer, result, bars_from, args.bars) for result in results]
     audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)

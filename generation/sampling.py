@@ -37,6 +37,7 @@ from tokenization import BaseTokenizer, ConstraintState
 logger = logging.getLogger(__name__)
 
 
+Steer = Callable[[list[int], np.ndarray], np.ndarray]  # (a sample's tokens, allowed (V,)) -> allowed (V,)
 StopCondition = Callable[[list[int]], bool]  # tokens so far -> end this sample now
 
 
@@ -164,8 +165,9 @@ class Decoder:
 
     def __init__(self, model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], num_samples: int = 1,
                  sampling: SamplingConfig | None = None, generator: torch.Generator | None = None,
-                 capacity: int | None = None) -> None:
+                 capacity: int | None = None, steer: Steer | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
+        self.steer = steer  # narrows each sample's allowed tokens further (e.g. generation.chords.ChordSteer)
         self.sampling = SamplingConfig() if sampling is None else sampling
         self.generator = generator
         prompt = [int(t) for t in prompt]
@@ -186,6 +188,8 @@ class Decoder:
         self._reserved = capacity  # positions reserved so far (the noise's length when there is one)
         self.noise = model.draw_positional_noise(capacity, generator=generator)  # one realisation for all
         grammar = tokenizer.constraint_state() if self.sampling.constrained else None
+        if steer is not None and grammar is None:
+            raise ValueError("steering the tokens (e.g. following chords) needs grammar-constrained sampling")
         self.types = token_types(tokenizer) if self.sampling.nucleus == "type" else None  # (V,) or None
         if grammar is not None:
             for position, token in enumerate(prompt):
@@ -272,6 +276,8 @@ class Decoder:
                 masks[i] = np.asarray(grammar.allowed(), dtype=bool)
                 if masks[i, eos]:
                     self.complete[i] = len(self.tokens[i])
+                if self.steer is not None:
+                    masks[i] = self.steer(self.tokens[i], masks[i])
         return masks
 
     def results(self) -> list[GenerationResult]:
@@ -320,12 +326,14 @@ def repeat_state(state: GenerationState, batch: int) -> GenerationState:
 def generate_batch(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], max_new_tokens: int,
                    num_samples: int = 1, sampling: SamplingConfig | None = None,
                    generator: torch.Generator | None = None, progress: bool = False,
-                   stop: Callable[[list[int]], bool] | None = None) -> list[GenerationResult]:
-    """`num_samples` continuations of `prompt` by up to max_new_tokens ids each, decoded as one batch."""
+                   stop: Callable[[list[int]], bool] | None = None, steer: Steer | None = None
+                   ) -> list[GenerationResult]:
+    """`num_samples` continuations of `prompt` by up to max_new_tokens ids each, decoded as one batch;
+    `steer` narrows the allowed tokens (see Decoder)."""
     if max_new_tokens < 1:
         raise ValueError(f"the number of new tokens must be >= 1, got {max_new_tokens}")
     decoder = Decoder(model, tokenizer, prompt, num_samples, sampling, generator,
-                      capacity=len(prompt) + max_new_tokens)
+                      capacity=len(prompt) + max_new_tokens, steer=steer)
     decoder.run(max_new_tokens, stop=stop, progress=progress)
     results = decoder.results()
     for result in results:
@@ -338,7 +346,7 @@ def generate_batch(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequ
 def generate(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], max_new_tokens: int,
              sampling: SamplingConfig | None = None,
              generator: torch.Generator | None = None, progress: bool = False,
-             stop: Callable[[list[int]], bool] | None = None) -> GenerationResult:
+             stop: Callable[[list[int]], bool] | None = None, steer: Steer | None = None) -> GenerationResult:
     """Continue `prompt` (a non-empty list of ids) by up to max_new_tokens ids, stopping at EOS.
 
     `stop(tokens)` is asked after every new token and ends decoding when it returns True.
@@ -347,7 +355,7 @@ def generate(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[i
     drives both the positional noise and the draws.
     """
     return generate_batch(model, tokenizer, prompt, max_new_tokens, 1, sampling, generator, progress,
-                          stop)[0]
+                          stop, steer)[0]
 
 
 def _check_allowed(grammar: ConstraintState, token: int, tokenizer: BaseTokenizer, position: int) -> None:

@@ -88,6 +88,17 @@ def test_a_whole_song_is_continued_after_its_end(remi_run, remi, chorale_midi, t
     assert len(whole) > 200 and tokens[:len(whole)] == whole and len(whole) < len(tokens) <= len(whole) + 12
 
 
+def test_chords_from_the_command_line_or_a_file(remi, tmp_path):
+    run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")  # bar lines only, unless steered
+    (tmp_path / "song.chords").write_text("C Am |\n F G7\n")
+    for option, value in (("--chords", "C Am | F G7"), ("--chords-file", str(tmp_path / "song.chords"))):
+        out = tmp_path / option.strip("-") / "chords.mid"
+        assert main(["--checkpoint", str(run), "--out", str(out), option, value, "--tokens", "100",
+                     "--no-progress", "--no-audio"]) == 0
+        tokens = read_tokens(out.with_suffix(".txt"))
+        assert tokens == [t for chord in ("C_M", "A_m", "F_M", "G_7") for t in ("Bar_None", "Beat_0", f"Chord_{chord}")]
+
+
 def test_bars_limit_the_new_bars(remi, chorale_midi, tmp_path):
     run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")  # a model that only writes bar lines
     out = tmp_path / "bars.mid"
@@ -149,7 +160,8 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
 @pytest.mark.parametrize("case", ["missing_checkpoint", "not_a_checkpoint", "missing_prompt", "bad_prompt",
                                   "bad_out", "zero_tokens", "too_long", "bad_option", "zero_samples",
                                   "missing_soundfont", "huge_seed", "negative_seed", "inf_temperature",
-                                  "nan_top_p", "bad_prompt_bars"])
+                                  "nan_top_p", "bad_prompt_bars", "bad_chord", "chords_of_groove",
+                                  "chords_unconstrained", "chords_twice", "missing_chords_file"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -185,6 +197,17 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
         args += ["--top-p", "nan"]
     elif case == "bad_prompt_bars":
         args += ["--prompt", str(tmp_path / "absent.mid"), "--prompt-bars", "0"]
+    elif case == "bad_chord":
+        args += ["--chords", "C Am | Hb7 G"]
+    elif case == "chords_of_groove":
+        args[1] = str(save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"}))
+        args += ["--chords", "C G"]
+    elif case == "chords_unconstrained":
+        args += ["--chords", "C G", "--no-constraints"]
+    elif case == "chords_twice":
+        args += ["--chords", "C G", "--chords-file", str(tmp_path / "x.txt")]
+    elif case == "missing_chords_file":
+        args += ["--chords-file", str(tmp_path / "absent.chords")]
     assert exit_status(main, args) != 0
     message = assert_one_error_line(capsys)
     if case == "too_long":
@@ -193,6 +216,10 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
         assert "--seed" in message and "2**64 - 1" in message
     if case == "bad_prompt_bars":
         assert "--prompt-bars" in message and "'all'" in message
+    expected = {"bad_chord": "bad chord symbol 'Hb7'", "chords_of_groove": "REMI model",
+                "chords_unconstrained": "--no-constraints", "chords_twice": "not both",
+                "missing_chords_file": "chords file not found"}
+    assert expected.get(case, "") in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
