@@ -3,7 +3,8 @@
     spe-studio [--port 7860] [--host 127.0.0.1] [--runs runs/] [--device cpu]
 
 Choose a model (the shipped `pretrained/` one or a run directory), optionally upload a MIDI prompt (its
-first bars, or the whole song to continue after its end), set the length (bars or tokens),
+first bars, or the whole song to continue after its end), optionally give chords to follow (one per
+bar), set the length (bars or tokens),
 temperature, top-p, seed and number of samples, press Generate: the page
 shows the progress, then the piano roll, an audio player and the files (MIDI, WAV, OGG, tokens) of the
 selected sample. Continue extends every sample (only the new tokens are decoded), Undo goes back one
@@ -47,11 +48,11 @@ class Studio:
         return StudioSession(self.workdir / uuid.uuid4().hex[:12], self.device, self.threads, self.runs)
 
     def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                 whole: bool = False, progress: Any = None) -> list[Any]:
+                 whole: bool = False, chords: str = "", progress: Any = None) -> list[Any]:
         session = self.session(state)
         try:
             request = page_request(model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                                   whole)
+                                   whole, chords)
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.generate(request, _progress(progress)))
@@ -124,6 +125,8 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                 prompt_bars = gr.Slider(1, 32, value=4, step=1, label="Prompt bars kept", elem_id="prompt_bars")
                 whole = gr.Checkbox(False, label="Continue after the whole song (all its bars kept)",
                                     elem_id="whole_song")
+                chords = gr.Textbox(label="Chords to follow, one per bar (e.g. C Am | F G7; then the length is "
+                                          "their bars)", placeholder="C Am F G7", elem_id="chords")
                 with gr.Row():
                     length = gr.Number(value=4, precision=0, label="Length", elem_id="length")
                     unit = gr.Radio(list(UNITS), value="bars", label="Unit", elem_id="unit")
@@ -147,14 +150,14 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                                           label="Style similarity of the continuation's quarters to the prompt piece")
         outputs = [state, status, sample, roll, audio, downloads, similarity]
 
-        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, progress=gr.Progress()):
-            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, progress)
+        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, progress=gr.Progress()):
+            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, progress)
 
         def on_continue(st, n, u, progress=gr.Progress()):
             return studio.continue_(st, n, u, progress)
 
         generate.click(on_generate, [state, model, prompt, prompt_bars, length, unit, temperature, top_p,
-                                     seed, samples, whole], outputs)
+                                     seed, samples, whole, chords], outputs)
         extend.click(on_continue, [state, length, unit], outputs)
         undo.click(studio.undo, [state], outputs)
         sample.input(studio.show, [state, sample], outputs[2:])

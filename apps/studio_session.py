@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from generation.audio import AudioConfig
+from generation.chords import ChordSteer, parse_progression
 from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
@@ -66,6 +67,7 @@ class Request:
     prompt: str | None = None  # uploaded MIDI file, or None to start from nothing
     prompt_bars: int = 4  # bars of the prompt kept
     whole_prompt: bool = False  # keep the whole uploaded piece and continue after its end
+    chords: str = ""  # one lead-sheet chord per bar to follow ("C Am | F G7"); then length = its bars
     length: int = 4  # how much to generate, in `unit`
     unit: str = "bars"  # "bars" or "tokens"
     temperature: float = 1.0  # softmax temperature
@@ -106,14 +108,15 @@ class Step:
 
 
 def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: Any, temperature: Any,
-                 top_p: Any, seed: Any, samples: Any, whole: Any = False) -> Request:
+                 top_p: Any, seed: Any, samples: Any, whole: Any = False, chords: Any = "") -> Request:
     """A Request from the page's raw values (numbers arrive as int, float, text or None: a client of
     the HTTP API sends what it likes); a StudioError names the field of a value that is not a number
     of its kind."""
     return Request(model=model, prompt=prompt, prompt_bars=whole_number(prompt_bars, "prompt bars", 1),
                    length=whole_number(length, "length", 0), unit=unit, temperature=finite_number(temperature, "temperature"),
                    top_p=finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0),
-                   num_samples=whole_number(samples, "samples", 1), whole_prompt=bool(whole))
+                   num_samples=whole_number(samples, "samples", 1), whole_prompt=bool(whole),
+                   chords=str(chords or ""))
 
 
 def whole_number(value: Any, name: str, default: int) -> int:
@@ -206,7 +209,9 @@ class StudioSession:
     def generate(self, request: Request, progress: Progress | None = None) -> View:
         """A new piece (N samples) from the request; the history starts again."""
         torch.set_num_threads(self.threads)
-        _check_settings(request.length, request.unit, request.num_samples)
+        chords = _progression(request.chords)
+        length, unit = (len(chords), "bars") if chords else (request.length, request.unit)
+        _check_settings(length, unit, request.num_samples)
         prompt_file = check_upload(request.prompt)
         ckpt = self._load(request.model)
         try:  # the model's own nucleus scope; top-p and temperature from the request
@@ -221,19 +226,18 @@ class StudioSession:
         else:
             bars = None if request.whole_prompt else int(request.prompt_bars)
             prompt, reference = self._prompt(tokenizer, prompt_file, bars)
-        budget = self._budget(request.length, request.unit)
+        budget = self._budget(length, unit)
         try:
             generator = seeded_generator(check_seed(request.seed), self.device)
-        except ValueError as error:
-            raise StudioError(str(error)) from None
-        try:
+            steer = ChordSteer(tokenizer, chords, len(prompt) - 1 if prompt_file is None else len(prompt)) \
+                if chords else None
             decoder = Decoder(ckpt.model, tokenizer, prompt, int(request.num_samples), sampling, generator,
-                              capacity=len(prompt) + budget)
+                              capacity=len(prompt) + budget, steer=steer)
         except ValueError as error:
             raise StudioError(str(error)) from None
         self.decoder, self.ckpt, self.request, self.reference = decoder, ckpt, request, reference
         self.history = []
-        return self._extend(request.length, request.unit, progress, "generated")
+        return self._extend(length, unit, progress, "generated")
 
     def continue_(self, length: int, unit: str = "bars", progress: Progress | None = None) -> View:
         """Extend every sample of the current piece (the recurrent state is kept: only new tokens cost)."""
@@ -344,6 +348,16 @@ class StudioSession:
             rows += [[i + 1, metric.replace("_", "-"), *(round(float(v), 3) for v in values)]
                      for metric, values in scores.items()]
         return rows
+
+
+def _progression(text: str) -> list | None:
+    """The chords of the page's chord box (None when empty), a StudioError naming a bad symbol."""
+    if not text.strip():
+        return None
+    try:
+        return parse_progression(text)
+    except ValueError as error:
+        raise StudioError(str(error)) from None
 
 
 def _check_settings(length: int, unit: str, num_samples: int) -> None:

@@ -94,6 +94,22 @@ def test_a_whole_uploaded_song_is_continued_after_its_end(tmp_path, chorale_midi
     assert view.samples[0].new_tokens > 0
 
 
+def test_chords_in_the_page_are_followed_bar_by_bar(tmp_path):
+    from remi import REMITokenizer
+
+    run = save_tiny(tmp_path / "runs" / "bars", REMITokenizer(), always="Bar_None")
+    session = StudioSession(tmp_path / "work", runs=[run])
+    view = session.generate(page_request(str(run), None, 4, 2, "tokens", 1.0, 0.9, 0, 1, False, "C Am | F G7"))
+    strings = session.ckpt.tokenizer.tokens_to_strings(session.decoder.tokens[0])
+    assert [t for t in strings if t.startswith("Chord_")] == ["Chord_C_M", "Chord_A_m", "Chord_F_M", "Chord_G_7"]
+    assert strings.count("Bar_None") == 5 and view.samples[0].new_tokens > 0  # 4 bars, then the stop's bar line
+    with pytest.raises(StudioError, match="bad chord symbol 'Hm'"):
+        session.generate(page_request(str(run), None, 4, 2, "tokens", 1.0, 0.9, 0, 1, False, "C Hm"))
+    groove = save_tiny(tmp_path / "runs" / "groove", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
+    with pytest.raises(StudioError, match="REMI model"):
+        StudioSession(tmp_path / "work", runs=[groove]).generate(Request(model=str(groove), chords="C G"))
+
+
 def test_groove_continuation_shows_style_similarity(tmp_path):
     run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
     upload = band_midi(tmp_path / "band.mid")

@@ -123,3 +123,18 @@ def test_continue_after_the_whole_uploaded_song(server, browser, chorale_midi):
         previous = wait.until(new_status)
         sizes.append(int(re.search(r"sample 1 has (\d+) tokens", previous).group(1)))
     assert sizes[1] > 2 * sizes[0]  # every bar of the chorale is in the prompt, not its first only
+
+
+def test_chords_typed_in_the_page_are_followed(server, browser, tmp_path):
+    """The chord box: the sample's bars open on the chords typed, one per bar."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 60)
+    browser.get(server)
+    wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#chords textarea"))).send_keys("C Am | F G7")
+    wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#generate"))).click()
+    wait.until(lambda page: page.find_element(By.CSS_SELECTOR, "#status").text.startswith("Step 1: generated"))
+    tokens = next((tmp_path / "work").rglob("sample_1.txt")).read_text().split()
+    assert [t for t in tokens if t.startswith("Chord_")][:4] == ["Chord_C_M", "Chord_A_m", "Chord_F_M", "Chord_G_7"]
