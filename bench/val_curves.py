@@ -2,7 +2,7 @@
 
 Reads each run directory's metrics.csv (written by train.py); a run stopped early is compared with the
 others up to its last validation. Used to choose the pop model's size and crop length from measured
-validation loss (README, "A pop-piano model").
+validation loss (pretrained/pop909/README.md).
 
     python -m bench.val_curves runs/pop909_sine runs/pop909_ape --labels "sineSPE gated" APE \
         --out bench/results/pop909_runs
