@@ -45,11 +45,13 @@ def main() -> None:
     parser.add_argument("--corpus", default="corpus/pop909", help="token corpus with a test split")
     parser.add_argument("--songs", type=int, default=12, help="held-out songs (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the decoding (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of chord_following.{csv,md}")
     args = parser.parse_args()
     if not Path(args.corpus).is_dir():
         parser.error(f"corpus not found: {args.corpus} (build it with train.py --config pop909_small, "
                      f"or as pretrained/pop909/README.md says)")
+    torch.set_num_threads(args.threads)  # a recurrent step is tiny: more threads rarely help
     ckpt = load_model(args.checkpoint)
     tokenizer, model = ckpt.tokenizer, ckpt.model
     corpus = load_corpus(Path(args.corpus))
