@@ -1,7 +1,7 @@
 """Follow a chord progression: lead-sheet symbols, one per bar, forced into REMI's chord tokens.
 
     chords = parse_progression("C Am | F G7 | N | Bbmaj7")      # [(0, "M"), (9, "m"), ...], None for N
-    steer = ChordSteer(tokenizer, chords, bars_from=len(prompt) - 1)
+    steer = ChordSteer(tokenizer, chords, bars_from=0)          # bars counted from token 0 on
     Decoder(model, tokenizer, prompt, steer=steer)               # grammar-constrained sampling
 
 Symbols: a root A-G with an optional # or b, then a quality: "" (major), m, dim, aug, sus2, sus4, 7,
