@@ -4,8 +4,8 @@
 
 Choose a model (the shipped `pretrained/` one or a run directory), optionally upload a MIDI prompt (its
 first bars, or the whole song to continue after its end), optionally give chords to follow (one per
-bar), set the length (bars or tokens),
-temperature, top-p, seed and number of samples, press Generate: the page
+bar), set the length (bars or tokens), temperature, top-p, seed and number of samples, press
+Generate: the page
 shows the progress, then the piano roll, an audio player and the files (MIDI, WAV, OGG, tokens) of the
 selected sample. Continue extends every sample (only the new tokens are decoded), Undo goes back one
 step. With a groove model and an uploaded band MIDI, the style similarity of each quarter of the

@@ -229,8 +229,7 @@ class StudioSession:
         budget = self._budget(length, unit)
         try:
             generator = seeded_generator(check_seed(request.seed), self.device)
-            steer = ChordSteer(tokenizer, chords, len(prompt) - 1 if prompt_file is None else len(prompt)) \
-                if chords else None
+            steer = ChordSteer(tokenizer, chords, 0 if prompt_file is None else len(prompt)) if chords else None
             decoder = Decoder(ckpt.model, tokenizer, prompt, int(request.num_samples), sampling, generator,
                               capacity=len(prompt) + budget, steer=steer)
         except ValueError as error:

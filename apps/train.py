@@ -29,8 +29,8 @@ from apps.cli import OneLineParser, run_app
 from data.build import prepare_corpus
 from model import resolve_device
 from training import finetune
-from training.checkpoint import list_checkpoints, read_meta, resolve_checkpoint
-from training.checkpoint_store import clean_stale
+from training.checkpoint import list_checkpoints, read_meta
+from training.checkpoint_store import clean_stale, newest_complete
 from training.config import RunConfig, apply_overrides, load_config
 from training.distributed import DistEnv
 from training.trainer import Trainer, TrainingDiverged
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
         overrides.append(f"train.max_steps={args.max_steps}")
     if dist_env.rank == 0:
         clean_stale(out)  # what a killed run left: temporary, swapped-out and half-pruned folders
-    resume_from = resolve_checkpoint(out) if args.resume and list_checkpoints(out) else None
+    resume_from = newest_complete(out) if args.resume else None
     if resume_from is not None:
         if args.config or args.init_from:
             logger.warning("--resume: using the run's saved config and weights, not %s",

@@ -140,7 +140,7 @@ def window_label(window: int) -> str:
     return f"bars {window * WINDOW_BARS + 1}-{(window + 1) * WINDOW_BARS}"
 
 
-def song_level(rows: Sequence[Any], real: str) -> str:
+def song_level(rows: Sequence[Any]) -> str:
     """Markdown table of song length (median, quartiles) and repetition (mean ± std, real range) per
     mode and source."""
     lines = ["| mode | source | pieces | length in bars: median (quartiles) | repetition: mean ± std (range) |",
@@ -201,7 +201,7 @@ def write_along_outputs(rows: Sequence[Any], out_dir: Path, outputs: Any, real: 
                                  *cells])
     stats = window_stats(rows)
     text = ("Song length and repetition (bar self-similarity at lags of 8 bars or more):\n\n"
-            + song_level(rows, real) + "\n" + window_markdown(stats, real))
+            + song_level(rows) + "\n" + window_markdown(stats, real))
     outputs.temp(out_dir / "quality_along.md").write_text(text)
     for mode in dict.fromkeys(r.mode for r in rows if r.along is not None):
         plot_along([s for s in stats if s.mode == mode], real, mode,

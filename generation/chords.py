@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from remi.vocab import CHORD_QUALITIES, CHORD_ROOTS, NO_CHORD, chord_token
+from remi.vocab import CHORD_ROOTS, NO_CHORD, chord_token
 from tokenization import BaseTokenizer
 
 Chord = tuple[int, str] | None  # (root pitch class, REMI quality), None: no chord
@@ -71,15 +71,14 @@ class ChordSteer:
 
     def __init__(self, tokenizer: BaseTokenizer, chords: Sequence[Chord], bars_from: int) -> None:
         vocab = tokenizer.vocab
-        if "Beat_0" not in vocab.tokens or chord_token(None, None) not in vocab.tokens:
+        if "Beat_0" not in vocab or chord_token(None, None) not in vocab:
             raise ValueError(f"chords need a REMI model with chord tokens; this one is "
                              f"{type(tokenizer).__name__}")
         self.chords = [vocab[chord_token(*chord) if chord else chord_token(None, None)] for chord in chords]
         self.bars_from = bars_from  # index of the token from which bars are counted (a Bar token)
         self.bar, self.beat0, self.eos = tokenizer.bar_id, vocab["Beat_0"], tokenizer.eos_id
         self.beats = np.asarray(vocab.by_type("Beat"), dtype=np.int64)
-        self.chord_ids = np.asarray([vocab[chord_token(r, q)] for r in range(12) for q in CHORD_QUALITIES]
-                                    + [vocab[chord_token(None, None)]], dtype=np.int64)
+        self.chord_ids = np.asarray(vocab.by_type("Chord"), dtype=np.int64)
 
     def __call__(self, tokens: Sequence[int], allowed: np.ndarray) -> np.ndarray:
         """`allowed` (V,) for the sample's next token, given its tokens so far."""

@@ -332,7 +332,7 @@ class StochasticPE(PositionalEncoding):
         """A generation step's context with SPEContext.step set, when the one shared code takes the
         step's fast path (`spe.step.StepCode`), else None."""
         qbar, kbar = self._code(0, noise, start, 1)                     # (1, 1, H, D, R) each, of the block
-        step = StepCode.of(qbar, kbar, list(self.filters), noise.gate_noises)
+        step = StepCode.of(qbar, kbar, self.filters, noise.gate_noises)
         return None if step is None else SPEContext(codes=[(qbar, kbar)], gate_noises=noise.gate_noises, step=step)
 
     def _factorise(self, length: int, batch: int) -> bool:

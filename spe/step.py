@@ -14,6 +14,7 @@ call; a step's Python overhead costs more than its contraction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import torch
 
@@ -56,7 +57,7 @@ class StepCode:
     kbar: torch.Tensor  # (1, H, D, R), contiguous
 
     @classmethod
-    def of(cls, qbar: torch.Tensor, kbar: torch.Tensor, filters: list[SPEFilter],
+    def of(cls, qbar: torch.Tensor, kbar: torch.Tensor, filters: Iterable[SPEFilter],
            gate_noises: list[torch.Tensor] | None) -> StepCode | None:
         """The step code of a code (qbar, kbar), each (1, 1, H, D, R), for these filters and gate
         noises, or None when the fast path does not apply (then filter as usual)."""
