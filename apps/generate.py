@@ -22,7 +22,7 @@ from typing import Sequence
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
                       threads_argument)
 from generation.audio import AudioConfig
-from generation.chords import ChordSteer, parse_progression
+from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
 from generation.pieces import bar_stop, keep_bars, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator
 from model import resolve_device
@@ -46,7 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help='one chord per bar to follow, lead-sheet symbols: "C Am | F G7 | N" (roots A-G '
                              "with # or b; qualities '', m, dim, aug, sus2, sus4, 7, maj7, m7, dim7, m7b5; N: "
                              "no chord); the bars after the prompt follow it, --bars defaults to its length")
-    parser.add_argument("--chords-file", default=None, metavar="FILE", help="--chords read from a text file")
+    parser.add_argument("--chords-file", default=None, metavar="FILE",
+                        help="--chords read from a file: the same symbols, or POP909's `start end root:quality` "
+                             "annotation (seconds), placed in the bars of --chords-midi's tempo map, or of "
+                             "--prompt's, whose own bars are then skipped")
+    parser.add_argument("--chords-midi", default=None, metavar="MIDI",
+                        help="the song whose tempo map places an annotation's chords in bars (default: --prompt)")
     parser.add_argument("--tokens", type=int, default=None,
                         help="new tokens to generate (default: the checkpoint's generate.tokens); "
                              "with --bars, the token budget")
@@ -89,21 +94,30 @@ def bars_or_all(text: str) -> int | str:
     return bars
 
 
-def progression(args: argparse.Namespace) -> list | None:
-    """The chords of --chords or --chords-file (None without either), checked before anything loads."""
+def progression(args: argparse.Namespace) -> tuple[list | None, list | None]:
+    """The chords of --chords or a symbol --chords-file, or the spans of an annotation --chords-file
+    (placed in bars once the tokenizer is loaded); (None, None) without either. Checked before
+    anything loads."""
     if args.chords is not None and args.chords_file is not None:
         raise ValueError("give --chords or --chords-file, not both")
-    text = args.chords
-    if args.chords_file is not None:
-        path = Path(args.chords_file)
-        if not path.is_file():
-            raise ValueError(f"chords file not found: {path}")
-        text = path.read_text(errors="replace")
-    if text is None:
-        return None
+    if args.chords_midi is not None and args.chords_file is None:
+        raise ValueError("--chords-midi places the chords of --chords-file: give that file too")
+    if args.chords is None and args.chords_file is None:
+        return None, None
     if args.no_constraints:
         raise ValueError("--chords needs the grammar-constrained sampler: drop --no-constraints")
-    return parse_progression(text)
+    if args.chords is not None:
+        return parse_progression(args.chords), None
+    path = Path(args.chords_file)
+    if not path.is_file():
+        raise ValueError(f"chords file not found: {path}")
+    text = path.read_text(errors="replace")
+    if not is_annotation(text):
+        return parse_progression(text), None
+    if args.chords_midi is None and args.prompt is None:
+        raise ValueError(f"{path} is a chord annotation in seconds (start end root:quality): its bars need "
+                         "the song's MIDI tempo map; give --prompt or --chords-midi")
+    return None, parse_annotation(text)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -118,12 +132,14 @@ def run(args: argparse.Namespace) -> None:
         raise ValueError(f"prompt file not found: {args.prompt}")
     if args.soundfont is not None and not Path(args.soundfont).is_file():
         raise ValueError(f"soundfont not found: {args.soundfont}")
-    chords = progression(args)
+    chords, spans = progression(args)
     set_threads(args.threads)
     device = resolve_device(args.device)
     ckpt = load_model(args.checkpoint, device)
     defaults = ckpt.config.generate
     tokenizer = ckpt.tokenizer
+    if spans is not None:
+        chords = place_annotation(spans, args.chords_midi or args.prompt, tokenizer)
     sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus,
                                             constrained=not args.no_constraints)
     budget = defaults.tokens if args.tokens is None else args.tokens
@@ -134,6 +150,12 @@ def run(args: argparse.Namespace) -> None:
     else:
         prompt = start_ids(tokenizer)
     bars_from = len(prompt) if args.prompt is not None else 0
+    if spans is not None and args.chords_midi is None:  # the prompt's own song: follow it after the prompt
+        prompt_bars = len(tokenizer.bar_starts(prompt))
+        if len(chords) <= prompt_bars:
+            raise ValueError(f"the chord annotation has {len(chords)} bars, all within the prompt's "
+                             f"{prompt_bars}: nothing is left to follow")
+        chords = chords[prompt_bars:]
     steer = None if chords is None else ChordSteer(tokenizer, chords, bars_from)
     if chords is not None and args.bars is None:
         args.bars = len(chords)

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 # position bands in multiples of the trained length: (name, from, to)
-BANDS = (("0_1x", 0.0, 1.0), ("1_2x", 1.0, 2.0), ("2_4x", 2.0, 4.0))
+BANDS = (("0_1x", 0.0, 1.0), ("1_2x", 1.0, 2.0), ("2_4x", 2.0, 4.0), ("4_8x", 4.0, 8.0))
 
 
 @dataclass

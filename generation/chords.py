@@ -4,10 +4,19 @@
     steer = ChordSteer(tokenizer, chords, bars_from=0)          # bars counted from token 0 on
     Decoder(model, tokenizer, prompt, steer=steer)               # grammar-constrained sampling
 
+    spans = parse_annotation(Path("chord_midi.txt").read_text())  # POP909's chords, in seconds
+    chords = place_annotation(spans, "001.mid", REMITokenizer())   # one per bar of the song
+
 Symbols: a root A-G with an optional # or b, then a quality: "" (major), m, dim, aug, sus2, sus4, 7,
 maj7, m7, dim7, m7b5; N for no chord. Bars are separated by blanks; `|` may stand between them.
 They map one to one onto REMI's chord qualities (chorder's: M, m, o, +, sus2, sus4, 7, M7, m7, o7,
 /o7).
+
+A chord file holds either the same symbols, or POP909's annotation format: one `start end root:quality`
+line per chord (Harte's syntax, in seconds on the MIDI's clock, e.g. `C#:maj`, `Bb:min7`, `G:7/3`, `N`).
+The bars are those the REMI tokenizer finds in the song's MIDI (its meter policy included), timed by the
+file's tempo map; each bar takes the chord that covers most of it (N where none). A slash bass is dropped, and qualities beyond REMI's map to their
+nearest: maj6 to major, min6 and minmaj7 to minor, sus4(b7) to sus4, hdim7 to half-diminished.
 
 `ChordSteer` narrows the grammar's allowed tokens of each sample: every new bar opens with Beat_0
 and the bar's chord token right after it, no other chord token is written inside a bar, and the
@@ -17,15 +26,19 @@ the chords is measured by `evaluation.chords`.
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from generation.audio import tick_to_seconds
 from remi.vocab import CHORD_ROOTS, NO_CHORD, chord_token
 from tokenization import BaseTokenizer
+from tokenization.midi_io import load_midi
 
 Chord = tuple[int, str] | None  # (root pitch class, REMI quality), None: no chord
+Span = tuple[float, float, Chord]  # an annotation's chord: start and end in seconds, the chord
 
 QUALITIES = {"": "M", "m": "m", "dim": "o", "aug": "+", "sus2": "sus2", "sus4": "sus4", "7": "7",
              "maj7": "M7", "m7": "m7", "dim7": "o7", "m7b5": "/o7"}  # lead-sheet quality -> REMI
@@ -34,6 +47,9 @@ FAMILIES = {"M": "major", "7": "major", "M7": "major", "m": "minor", "m7": "mino
             "sus4": "suspended"}
 LETTERS = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}
 _SYMBOL = re.compile(r"^([A-G])([#b]?)(.*)$")
+HARTE = {"maj": "", "min": "m", "dim": "dim", "aug": "aug", "sus2": "sus2", "sus4": "sus4", "7": "7",
+         "maj7": "maj7", "min7": "m7", "dim7": "dim7", "hdim7": "m7b5", "maj6": "", "min6": "m",
+         "minmaj7": "m", "sus4(b7)": "sus4"}  # POP909's qualities -> lead-sheet ones
 
 
 def parse_chord(symbol: str) -> Chord:
@@ -54,6 +70,78 @@ def parse_progression(text: str) -> list[Chord]:
     if not symbols:
         raise ValueError("the chord progression is empty: give one chord symbol per bar, e.g. \"C Am F G7\"")
     return [parse_chord(symbol) for symbol in symbols]
+
+
+def parse_harte(label: str) -> Chord:
+    """One POP909 label (`root:quality[/bass]` or N) -> a chord; ValueError naming it."""
+    if label == "N":
+        return None
+    root, _, quality = label.partition(":")
+    quality = quality.split("/")[0]
+    if quality not in HARTE or _SYMBOL.match(root) is None or _SYMBOL.match(root).group(3):
+        raise ValueError(f"bad chord label {label!r}: expected root:quality with a root A-G (# or b) and "
+                         f"one of the qualities {', '.join(HARTE)}, or N")
+    return parse_chord(root + HARTE[quality])
+
+
+def is_annotation(text: str) -> bool:
+    """Whether a chord file's text is POP909's `start end label` format (its first line decides)."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    if not lines or len(lines[0]) != 3:
+        return False
+    try:
+        float(lines[0][0]), float(lines[0][1])
+    except ValueError:
+        return False
+    return True
+
+
+def parse_annotation(text: str) -> list[Span]:
+    """POP909's `start end label` lines -> (start, end, chord) spans; ValueError naming a bad line."""
+    spans = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        try:
+            start, stop = float(fields[0]), float(fields[1])
+        except (ValueError, IndexError):
+            start = stop = math.nan
+        if len(fields) != 3 or not stop >= start:
+            raise ValueError(f"chord annotation line {number}: expected `start end root:quality` with "
+                             f"end >= start, got {line.strip()!r}")
+        spans.append((start, stop, parse_harte(fields[2])))
+    if not spans:
+        raise ValueError("the chord annotation has no chords")
+    return spans
+
+
+def annotation_bars(spans: Sequence[Span], downbeats: Sequence[float], end: float) -> list[Chord]:
+    """One chord per bar: the chord covering most of each bar [downbeats[i], downbeats[i + 1]) (the
+    last bar ends at `end`), N where none covers it; bars after the annotation's end are left out."""
+    last = max(stop for _, stop, _ in spans)
+    bounds = [t for t in downbeats if t < last] + [max(end, last)]
+    chords = []
+    for low, high in zip(bounds[:-1], bounds[1:]):
+        cover: dict[Chord, float] = {}
+        for start, stop, chord in spans:
+            overlap = min(stop, high) - max(start, low)
+            if overlap > 0:
+                cover[chord] = cover.get(chord, 0.0) + overlap
+        chords.append(max(cover, key=cover.get) if cover else None)
+    return chords
+
+
+def place_annotation(spans: Sequence[Span], midi: Any, tokenizer: BaseTokenizer) -> list[Chord]:
+    """The annotation's chords in the bars the REMI `tokenizer` finds in `midi` (a path or MidiFile),
+    timed by the file's tempo map."""
+    if "Beat_0" not in tokenizer.vocab or chord_token(None, None) not in tokenizer.vocab:
+        raise ValueError(f"chords need a REMI model with chord tokens; this one is {type(tokenizer).__name__}")
+    song = load_midi(midi)  # a TokenizationError naming a missing or broken file
+    tokenizer.encode(song)
+    ticks = np.asarray(tokenizer.last_encode_stats.bar_ticks + [song.max_tick], dtype=np.int64)
+    seconds = tick_to_seconds(song, ticks)
+    return annotation_bars(spans, [float(t) for t in seconds[:-1]], float(seconds[-1]))
 
 
 def chord_name(chord: Chord) -> str:

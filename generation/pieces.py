@@ -54,12 +54,15 @@ def next_bar_time(tokenizer: BaseTokenizer, prompt: Sequence[int]) -> float:
 
 
 def prompt_ids(tokenizer: BaseTokenizer, path: str | Path, bars: int | None) -> list[int]:
-    """The ids of the first `bars` bars of a MIDI file (all of it when shorter, or when `bars` is
-    None: a whole song to continue after its end); TokenizationError on a bad file."""
+    """The ids of the first `bars` bars of a MIDI file (all of it when `bars` is None: a whole song to
+    continue after its end); TokenizationError on a bad file, ValueError when it has fewer bars."""
     ids = piece_ids(tokenizer, path)
     prompt = ids if bars is None else first_bars(tokenizer, ids, bars)
     if prompt is None:
-        logger.info("prompt %s has fewer than %d bars: using all of it", path, bars + 1)
+        have = len(tokenizer.bar_starts(ids))
+        if have < bars:
+            raise ValueError(f"the prompt {Path(path).name} has {have} bars, fewer than the {bars} asked "
+                             "for ('all' continues after its end)")
         prompt = ids
     if not prompt:
         raise ValueError(f"{path}: the prompt has no tokens")

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from model.config import ModelConfig
 from model.favor import FavorFeatures
-from model.kernels import CausalKernel
+from model.kernels import CausalKernel, decay_rates, decayed_causal_product
 from model.positional import PositionalContext, PositionalEncoding
 
 
@@ -42,6 +42,9 @@ class CausalLinearAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
         self.features = FavorFeatures(qk_dims, cfg.feature_dims)
+        # (H,) log(gamma_h) of a decayed state (cfg.decay_horizon), None without decay; from the config
+        self.register_buffer("log_decay", decay_rates(cfg.n_head, cfg.decay_horizon)
+                             if cfg.decay_horizon else None, persistent=False)
 
     def inputs(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -59,7 +62,11 @@ class CausalLinearAttention(nn.Module):
         q, k, v = self.inputs(x, pe, context)
         phi_q = self.features.queries(q)  # (B, H, N, M)
         phi_k, _ = self.features.keys(k)  # (B, H, N, M)
-        out = self.kernel(phi_q, phi_k, F.pad(v, (0, 1), value=1.0))  # (B, H, N, D + 1)
+        values = F.pad(v, (0, 1), value=1.0)  # (B, H, N, D + 1)
+        if self.log_decay is None:
+            out = self.kernel(phi_q, phi_k, values)  # (B, H, N, D + 1)
+        else:
+            out, _ = decayed_causal_product(phi_q, phi_k, values, self.log_decay)  # (B, H, N, D + 1)
         y = out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)  # (B, H, N, D)
         y = y.transpose(1, 2).reshape(B, N, C)  # (B, N, d_model)
         return self.dropout(self.proj(y))
@@ -75,10 +82,13 @@ class CausalLinearAttention(nn.Module):
         phi_k, offset = self.features.keys(k, state.offset)  # (B, H, N, M), (B, H, 1, 1)
         values = F.pad(v, (0, 1), value=1.0)  # (B, H, N, D + 1)
         past = state.kv * torch.exp(state.offset - offset)  # (B, H, M, D + 1), rescaled to the new offset
-        kv = past + phi_k.transpose(-1, -2) @ values  # (B, H, M, D + 1)
-        if N == 1:
+        if self.log_decay is not None:
+            out, kv = decayed_causal_product(phi_q, phi_k, values, self.log_decay, past)
+        elif N == 1:
+            kv = past + phi_k.transpose(-1, -2) @ values  # (B, H, M, D + 1)
             out = phi_q @ kv  # (B, H, 1, D + 1)
         else:
+            kv = past + phi_k.transpose(-1, -2) @ values  # (B, H, M, D + 1)
             out = self.kernel(phi_q, phi_k, values) + phi_q @ past  # (B, H, N, D + 1)
         y = out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)  # (B, H, N, D)
         y = y.transpose(1, 2).reshape(B, N, C)  # (B, N, d_model)
@@ -97,6 +107,10 @@ class CausalLinearAttention(nn.Module):
         """Unnormalised causal attention phi(q) phi(k)^T, masked: (B, H, N, N) in float64."""
         q, k, _ = self.inputs(x, pe, context)
         scores = self.features.exact(q) @ self.features.exact(k).transpose(-1, -2)  # (B, H, N, N)
+        if self.log_decay is not None:
+            lags = torch.arange(q.shape[2], device=q.device)
+            lags = (lags[:, None] - lags[None, :]).clamp_min(0).double()  # (N, N)
+            scores = scores * torch.exp(self.log_decay.double().view(-1, 1, 1) * lags)
         return scores.tril()
 
 

@@ -35,6 +35,10 @@ class ModelConfig:
     feature_dims: int = 128  # M, number of FAVOR+ positive orthogonal random features
     attention: str = "ft"  # causal linear-attention kernel: ft (fast_transformers) or torch
     max_len: int = 2048  # learned_ape: size of the position table; conv_spe: default noise length
+    # decayed attention state: the heads forget with horizons 1 / (1 - gamma_h) spaced geometrically from
+    # 32 tokens up to this many (RetNet-style), so attention statistics stop drifting with the position
+    # beyond it; 0: no decay (every head sums over the whole past)
+    decay_horizon: int = 0
 
     def __post_init__(self) -> None:
         positive = ("vocab_size", "n_layer", "n_head", "d_model", "d_ff", "num_realizations",
@@ -50,6 +54,9 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if self.pe not in PE_KINDS:
             raise ValueError(f"ModelConfig.pe must be one of {PE_KINDS}, got {self.pe!r}")
+        if isinstance(self.decay_horizon, bool) or not isinstance(self.decay_horizon, int) \
+                or self.decay_horizon < 0:
+            raise ValueError(f"ModelConfig.decay_horizon must be an int >= 0, got {self.decay_horizon!r}")
         if self.code_dtype not in CODE_DTYPES:
             raise ValueError(f"ModelConfig.code_dtype must be one of {CODE_DTYPES}, got {self.code_dtype!r}")
         if self.attention not in ATTENTION_KINDS:

@@ -15,6 +15,7 @@ without forming the N x N matrix. Two implementations:
 from __future__ import annotations
 
 import logging
+import math
 from typing import Callable
 
 import torch
@@ -80,3 +81,54 @@ def resolve_kernel(name: str) -> tuple[str, CausalKernel]:
                        "PyTorch kernel 'torch' instead", name)
         return "torch", causal_dot_product_torch
     return name, kernel
+
+
+def decay_rates(n_head: int, horizon: int) -> torch.Tensor:
+    """(H,) log decay rates log(gamma_h) of a multi-scale decayed state: the heads' horizons
+    1 / (1 - gamma_h) are spaced geometrically from min(32, horizon) to `horizon` tokens, as RetNet's
+    gamma_h = 1 - 2^(-5 - h) are from 32 tokens upwards."""
+    shortest = min(32.0, float(horizon))
+    horizons = torch.logspace(math.log10(shortest), math.log10(horizon), n_head, dtype=torch.float64)
+    return torch.log1p(-1.0 / horizons.clamp_min(1.0 + 1e-6)).float()
+
+
+def decayed_causal_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_decay: torch.Tensor,
+                           past: torch.Tensor | None = None, chunk: int = TORCH_CHUNK
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal linear attention whose state forgets: out and the state after the last position.
+
+        out[m] = sum_{n <= m} gamma^(m - n) (Q[m] . K[n]) V[n] + gamma^(m + 1) Q[m] . past
+        state  = gamma^N past + sum_n gamma^(N - 1 - n) K[n]^T V[n]
+
+    q, k: (B, H, N, M); v: (B, H, N, E); log_decay: (H,) log(gamma_h) <= 0; past: (B, H, M, E) or
+    None (zeros). Chunked like `causal_dot_product_torch`, with the chunk states carried by a loop
+    over the N / C chunks; every power of gamma has an exponent <= 0, so nothing overflows.
+    """
+    B, H, N, M = q.shape
+    E = v.shape[-1]
+    a = log_decay.to(q.dtype).view(1, H, 1, 1)  # (1, H, 1, 1)
+    if past is None:
+        past = q.new_zeros(B, H, M, E)
+    positions = torch.arange(N, device=q.device, dtype=q.dtype)  # (N,)
+    state = torch.exp(a * N) * past + (k * torch.exp(a * (N - 1 - positions)[:, None])).transpose(-1, -2) @ v
+    C = min(chunk, N)
+    pad = (-N) % C
+    if pad:
+        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+    G = (N + pad) // C
+    qc = q.reshape(B, H, G, C, M)  # (B, H, G, C, M)
+    kc = k.reshape(B, H, G, C, M)  # (B, H, G, C, M)
+    vc = v.reshape(B, H, G, C, E)  # (B, H, G, C, E)
+    local = torch.arange(C, device=q.device, dtype=q.dtype)  # (C,)
+    lags = local[:, None] - local[None, :]  # (C, C): i - j
+    weights = torch.exp(a[..., None] * lags.clamp_min(0)) * (lags >= 0)  # (1, H, 1, C, C)
+    scores = torch.matmul(qc, kc.transpose(-1, -2)) * weights  # (B, H, G, C, C)
+    out = torch.matmul(scores, vc)  # (B, H, G, C, E)
+    summaries = (kc * torch.exp(a[..., None] * (C - 1 - local)[:, None])).transpose(-1, -2) @ vc  # (B, H, G, M, E)
+    carried, states = past, []
+    for g in range(G):
+        states.append(carried)
+        carried = torch.exp(a * C) * carried + summaries[:, :, g]
+    before = torch.stack(states, dim=2)  # (B, H, G, M, E): the state before each chunk
+    out = out + torch.matmul(qc * torch.exp(a[..., None] * (local + 1)[:, None]), before)  # (B, H, G, C, E)
+    return out.reshape(B, H, G * C, E)[:, :, :N], state  # (B, H, N, E), (B, H, M, E)

@@ -27,7 +27,7 @@ per beat, with tempi, time signatures and the chords as markers; invalid events 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import miditoolkit
@@ -84,6 +84,7 @@ class EncodeStats:
     meter: str = ""  # meter followed: "4/4", "3/4" ... or "declared map" (the file's meter changes)
     meter_source: str = ""  # "declared", "default" (none declared: 4/4), "inferred" or "" (4/4 vocabulary)
     meter_reason: str = ""  # why that meter, in words (see remi.meter)
+    bar_ticks: list[int] = field(default_factory=list)  # file tick where each encoded Bar token's bar starts
 
 
 class REMITokenizer(BaseTokenizer, token_format="remi"):
@@ -206,6 +207,7 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
                 )
                 note += 1
         tokens.append("EOS_None")
+        stats.bar_ticks = [int(start + origin) * tpq // SUB_BEATS_PER_BEAT for start in bar_starts[:bar + 1]]
         return tokens
 
     @staticmethod

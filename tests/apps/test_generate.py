@@ -6,6 +6,7 @@ from pathlib import Path
 
 import miditoolkit
 import numpy as np
+import pretty_midi
 import pytest
 
 from generation.audio import AudioConfig, read_wav, tick_to_seconds
@@ -99,6 +100,30 @@ def test_chords_from_the_command_line_or_a_file(remi, tmp_path):
         assert tokens == [t for chord in ("C_M", "A_m", "F_M", "G_7") for t in ("Bar_None", "Beat_0", f"Chord_{chord}")]
 
 
+def test_a_pop909_chord_annotation_is_followed_after_the_prompts_bars(remi, chorale_midi, tmp_path):
+    """Chords in seconds, placed by the prompt's tempo map: the new bars follow those after the prompt."""
+    run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")
+    downbeats = pretty_midi.PrettyMIDI(str(chorale_midi)).get_downbeats()
+    labels = ["C:maj", "A:min", "F:maj/3", "G:7", "N", "D:min7"]
+    lines = [f"{downbeats[i]:.4f}\t{downbeats[i + 1]:.4f}\t{label}" for i, label in enumerate(labels)]
+    (tmp_path / "chord_midi.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "follow.mid"
+    assert main(["--checkpoint", str(run), "--out", str(out), "--prompt", str(chorale_midi), "--prompt-bars", "2",
+                 "--chords-file", str(tmp_path / "chord_midi.txt"), "--tokens", "100", "--no-progress",
+                 "--no-audio"]) == 0
+    ids = remi.encode(chorale_midi)
+    prompt = remi.tokens_to_strings(ids[:remi.bar_starts(ids)[2]])
+    tokens = read_tokens(out.with_suffix(".txt"))
+    assert tokens[:len(prompt)] == prompt
+    assert tokens[len(prompt):] == [t for chord in ("F_M", "G_7", "N_N", "D_m7")
+                                    for t in ("Bar_None", "Beat_0", f"Chord_{chord}")]
+    out = tmp_path / "placed.mid"  # placed by --chords-midi instead: every bar of the song, no prompt
+    assert main(["--checkpoint", str(run), "--out", str(out), "--chords-file", str(tmp_path / "chord_midi.txt"),
+                 "--chords-midi", str(chorale_midi), "--tokens", "100", "--no-progress", "--no-audio"]) == 0
+    assert [t for t in read_tokens(out.with_suffix(".txt")) if t.startswith("Chord_")] == \
+        ["Chord_C_M", "Chord_A_m", "Chord_F_M", "Chord_G_7", "Chord_N_N", "Chord_D_m7"]
+
+
 def test_bars_limit_the_new_bars(remi, chorale_midi, tmp_path):
     run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")  # a model that only writes bar lines
     out = tmp_path / "bars.mid"
@@ -161,8 +186,10 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
                                   "bad_out", "zero_tokens", "too_long", "bad_option", "zero_samples",
                                   "missing_soundfont", "huge_seed", "negative_seed", "inf_temperature",
                                   "nan_top_p", "bad_prompt_bars", "bad_chord", "chords_of_groove",
-                                  "chords_unconstrained", "chords_twice", "missing_chords_file"])
-def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_path, capsys):
+                                  "chords_unconstrained", "chords_twice", "missing_chords_file",
+                                  "prompt_bars_beyond_song", "annotation_without_midi", "chords_midi_alone",
+                                  "bad_chord_label"])
+def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chorale_midi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
     if case == "missing_checkpoint":
@@ -208,6 +235,16 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
         args += ["--chords", "C G", "--chords-file", str(tmp_path / "x.txt")]
     elif case == "missing_chords_file":
         args += ["--chords-file", str(tmp_path / "absent.chords")]
+    elif case == "prompt_bars_beyond_song":
+        args += ["--prompt", str(chorale_midi), "--prompt-bars", "500"]
+    elif case in ("annotation_without_midi", "bad_chord_label"):
+        label = "C:maj" if case == "annotation_without_midi" else "C:maj13"
+        (tmp_path / "chord_midi.txt").write_text(f"0.0 2.0 {label}\n2.0 4.0 G:maj\n")
+        args += ["--chords-file", str(tmp_path / "chord_midi.txt")]
+        if case == "bad_chord_label":
+            args += ["--chords-midi", str(chorale_midi)]
+    elif case == "chords_midi_alone":
+        args += ["--chords-midi", str(chorale_midi)]
     assert exit_status(main, args) != 0
     message = assert_one_error_line(capsys)
     if case == "too_long":
@@ -218,7 +255,9 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, tmp_p
         assert "--prompt-bars" in message and "'all'" in message
     expected = {"bad_chord": "bad chord symbol 'Hb7'", "chords_of_groove": "REMI model",
                 "chords_unconstrained": "--no-constraints", "chords_twice": "not both",
-                "missing_chords_file": "chords file not found"}
+                "missing_chords_file": "chords file not found", "prompt_bars_beyond_song": "fewer than the 500",
+                "annotation_without_midi": "--chords-midi", "chords_midi_alone": "--chords-file",
+                "bad_chord_label": "bad chord label 'C:maj13'"}
     assert expected.get(case, "") in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message

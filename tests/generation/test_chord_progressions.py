@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import miditoolkit
 import pytest
 import torch
 
 from evaluation.chords import chord_agreement, real_progressions, recognised_chords
-from generation.chords import ChordSteer, chord_name, family, parse_chord, parse_progression
+from generation.chords import (ChordSteer, annotation_bars, chord_name, family, is_annotation, parse_chord,
+                              parse_annotation, parse_harte, parse_progression, place_annotation)
+from data.pop909 import merge_tracks
 from generation.pieces import bar_stop, start_ids
 from generation.sampling import SamplingConfig, generate
 from groove import GrooveTokenizer
@@ -32,6 +36,49 @@ def test_a_bad_symbol_is_named(text, named):
         parse_progression(text)
     with pytest.raises(ValueError, match="empty"):
         parse_progression(" | ")
+
+
+def test_pop909_labels():
+    labels = ["C#:maj", "Bb:min7", "F:sus4(b7)", "G:7/3", "A:hdim7", "E:maj6", "D:minmaj7/5", "N", "Cb:dim"]
+    assert [chord_name(parse_harte(label)) for label in labels] == ["C#_M", "A#_m7", "F_sus4", "G_7", "A_/o7",
+                                                                    "E_M", "D_m", "N_N", "B_o"]
+    for bad in ("H:maj", "C:maj9", "C", "Cm:maj"):
+        with pytest.raises(ValueError, match=f"bad chord label '{bad}'"):
+            parse_harte(bad)
+
+
+def test_an_annotation_is_placed_in_bars_by_its_longest_chord():
+    text = "0.0 1.5 C:maj\n1.5 2.0 G:maj\n2.0 2.4 A:min\n2.4 4.0 F:maj\n5.0 5.5 N\n5.5 8.0 G:7\n"
+    assert is_annotation(text) and not is_annotation("C Am F G7") and not is_annotation("")
+    bars = annotation_bars(parse_annotation(text), downbeats=[0.0, 2.0, 4.0, 6.0, 8.0, 10.0], end=12.0)
+    # bar 4.0-6.0: 1.0 s without a chord, 0.5 s of N, 0.5 s of G7 -> N; the annotation ends at 8.0
+    assert [chord_name(c) for c in bars] == ["C_M", "F_M", "N_N", "G_7"]
+    for bad in ("0 1 C:maj\n1 x G:maj\n", "0 1 C:maj\n2 1 G:maj\n", "0 1 C:maj\n1 2 G:maj x\n"):
+        with pytest.raises(ValueError, match="line 2"):
+            parse_annotation(bad)
+    with pytest.raises(ValueError, match="chord tokens"):
+        place_annotation(parse_annotation(text), None, GrooveTokenizer())
+
+
+POP909 = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+@pytest.mark.skipif(not (POP909 / "pop909_annotations").is_dir(), reason=f"needs POP909 and its annotations in {POP909} (absent here)")
+def test_pop909_annotations_agree_with_the_chords_recognised_from_the_notes():
+    """Placed by the MIDI's tempo map, the annotation's chords are those the tokenizer recognises in the
+    same bars (chorder on the notes) for most bars of real songs."""
+    tokenizer = REMITokenizer()
+    agree = total = 0
+    for song in ("001", "002", "004"):
+        midi, _ = merge_tracks(miditoolkit.MidiFile(str(POP909 / "pop909" / f"{song}.mid")), song)  # as the corpus
+        spans = parse_annotation((POP909 / "pop909_annotations" / song / "chord_midi.txt").read_text())
+        placed = place_annotation(spans, midi, tokenizer)
+        recognised = real_progressions(tokenizer, tokenizer.encode(midi))
+        pairs = [(a, b) for a, b in zip(placed, recognised) if a is not None and b is not None]
+        agree += sum(family(a) == family(b) for a, b in pairs)
+        total += len(pairs)
+        assert abs(len(placed) - len(recognised)) <= 2
+    assert total > 150 and agree / total > 0.6
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from model import ModelConfig, MusicPerformer, causal_dot_product_torch, resolve_kernel
+from model.kernels import decay_rates, decayed_causal_product
 
 
 def quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -34,6 +35,57 @@ def test_torch_kernel_matches_quadratic_definition(length, chunk):
     expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))
     for grad, expected_grad in zip(grads, expected_grads):
         torch.testing.assert_close(grad, expected_grad)
+
+
+def decayed_quadratic(q, k, v, log_decay, past):
+    """The definition of the decayed product: out and final state, from explicit powers of gamma."""
+    N = q.shape[2]
+    n = torch.arange(N, dtype=q.dtype)
+    gamma = log_decay.to(q.dtype).exp().view(1, -1, 1, 1)  # (1, H, 1, 1)
+    lags = (n[:, None] - n[None, :]).clamp_min(0)  # (N, N)
+    weights = (q @ k.transpose(-1, -2)).tril() * gamma ** lags  # (B, H, N, N)
+    out = weights @ v + (q * gamma ** (n[:, None] + 1)) @ past
+    state = gamma ** N * past + (k * gamma ** (N - 1 - n)[:, None]).transpose(-1, -2) @ v
+    return out, state
+
+
+@pytest.mark.parametrize("length,chunk", [(1, 4), (7, 4), (16, 4), (33, 8), (50, 64)])
+@pytest.mark.parametrize("with_past", [False, True])
+def test_decayed_kernel_matches_its_definition(length, chunk, with_past):
+    q, k, v = (t.requires_grad_() for t in random_inputs(length, dtype=torch.float64))
+    log_decay = torch.log(torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64))
+    past = torch.rand(2, 3, 6, 5, dtype=torch.float64) * with_past  # (B, H, M, E); zeros without
+    out, state = decayed_causal_product(q, k, v, log_decay, past if with_past else None, chunk=chunk)
+    expected, expected_state = decayed_quadratic(q, k, v, log_decay, past)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(state, expected_state)
+    grads = torch.autograd.grad(out.square().sum() + state.sum(), (q, k, v))
+    expected_grads = torch.autograd.grad(expected.square().sum() + expected_state.sum(), (q, k, v))
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad)
+
+
+def test_decay_horizons_are_geometric_from_32_tokens_to_the_horizon():
+    horizons = 1.0 / (1.0 - decay_rates(8, 512).double().exp())  # (H,)
+    torch.testing.assert_close(horizons[[0, -1]], torch.tensor([32.0, 512.0], dtype=torch.float64),
+                               rtol=1e-3, atol=0.0)
+    ratios = horizons[1:] / horizons[:-1]
+    torch.testing.assert_close(ratios, ratios[:1].expand_as(ratios), rtol=1e-3, atol=0.0)
+    assert (decay_rates(2, 8).exp() < 1).all()  # a horizon below 32 tokens: every head at most that
+
+
+def test_a_decayed_model_forgets_the_far_past():
+    cfg = dict(vocab_size=11, n_layer=1, n_head=2, d_model=8, d_ff=16, dropout=0.0, pe="none",
+               num_realizations=4, num_sines=2, kernel_size=3, feature_dims=8, attention="torch", max_len=64)
+    torch.manual_seed(0)
+    model = MusicPerformer(ModelConfig(**cfg, decay_horizon=4)).eval()
+    tokens = torch.randint(0, 11, (1, 200))
+    changed = tokens.clone()
+    changed[0, 0] = (tokens[0, 0] + 1) % 11
+    with torch.no_grad():
+        a, b = model(tokens)[0], model(changed)[0]
+    assert (a[0, 1] - b[0, 1]).abs().max() > 1e-4  # the next position sees the change
+    torch.testing.assert_close(a[0, -1], b[0, -1], atol=1e-6, rtol=0.0)  # 200 tokens later: forgotten
 
 
 def test_ft_and_torch_kernels_agree():

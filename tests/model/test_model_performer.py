@@ -29,7 +29,9 @@ def test_logits_shape_and_no_future_leak(make_model, tokens, pe):
 
 @pytest.mark.parametrize("pe", ALL_PE)
 # {} and {"gated": False}: the shared code's fast step path (SPEContext.step); share_pe=False: the filters'
-@pytest.mark.parametrize("options", [{}, {"gated": False}, {"gated": False, "share_pe": False}])
+# decay_horizon: the decayed state's chunked kernel in both modes
+@pytest.mark.parametrize("options", [{}, {"gated": False}, {"gated": False, "share_pe": False},
+                                     {"decay_horizon": 6}])
 def test_recurrent_steps_equal_parallel_forward(make_model, tokens, pe, options):
     model = make_model(pe, **options)
     noise = model.draw_positional_noise(tokens.shape[1])
@@ -48,9 +50,10 @@ def test_recurrent_steps_equal_parallel_forward(make_model, tokens, pe, options)
 
 @pytest.mark.parametrize("pe", ALL_PE)
 @pytest.mark.parametrize("chunks", [(24,), (5, 1, 11, 7), (1,) * 3 + (21,)])
-def test_feeding_chunks_equals_steps(make_model, tokens, pe, chunks):
+@pytest.mark.parametrize("decay_horizon", [0, 6])
+def test_feeding_chunks_equals_steps(make_model, tokens, pe, chunks, decay_horizon):
     """A prompt read in chunks (`feed`) leaves the state N steps leave, and the same last logits."""
-    model = make_model(pe)
+    model = make_model(pe, decay_horizon=decay_horizon)
     noise = model.draw_positional_noise(tokens.shape[1])
     with torch.no_grad():
         stepped = model.init_state(tokens.shape[0], positional_noise=noise)
@@ -113,8 +116,9 @@ def test_open_gates_make_attention_independent_of_position(make_model, pe):
     assert closed.std() / closed.mean() > 1e-2  # with the gate closed, position matters
 
 
-def test_attention_maps_are_the_normalised_attention_of_the_layer(make_model, tokens):
-    model = make_model("sine_spe")
+@pytest.mark.parametrize("decay_horizon", [0, 6])
+def test_attention_maps_are_the_normalised_attention_of_the_layer(make_model, tokens, decay_horizon):
+    model = make_model("sine_spe", decay_horizon=decay_horizon)
     noise = model.draw_positional_noise(tokens.shape[1])
     with torch.no_grad():
         maps = model.attention_maps(tokens, layer=1, positional_noise=noise)  # (B, H, N, N)
