@@ -109,6 +109,9 @@ def decayed_causal_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo
     a = log_decay.to(q.dtype).view(1, H, 1, 1)  # (1, H, 1, 1)
     if past is None:
         past = q.new_zeros(B, H, M, E)
+    if N == 1:  # a generation step: out = Q . state, with the state updated first
+        state = torch.exp(a) * past + k.transpose(-1, -2) @ v  # (B, H, M, E)
+        return q @ state, state
     positions = torch.arange(N, device=q.device, dtype=q.dtype)  # (N,)
     state = torch.exp(a * N) * past + (k * torch.exp(a * (N - 1 - positions)[:, None])).transpose(-1, -2) @ v
     C = min(chunk, N)

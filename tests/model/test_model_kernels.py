@@ -86,6 +86,9 @@ def test_a_decayed_model_forgets_the_far_past():
         a, b = model(tokens)[0], model(changed)[0]
     assert (a[0, 1] - b[0, 1]).abs().max() > 1e-4  # the next position sees the change
     torch.testing.assert_close(a[0, -1], b[0, -1], atol=1e-6, rtol=0.0)  # 200 tokens later: forgotten
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="decay_horizon"):
+            ModelConfig(**cfg, decay_horizon=bad)
 
 
 def test_ft_and_torch_kernels_agree():
