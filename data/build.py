@@ -13,6 +13,7 @@ from typing import Callable, Optional, Protocol
 
 from data.corpus import TokenCorpus, load_corpus
 from data.folders import build_groove_corpus, build_midi_folder_corpus
+from data.groove_mma import build_mma_token_corpus
 from data.kinds import BUILDER_OF_KIND, CORPUS_KINDS, FORMAT_OF_KIND, NEEDS_SOURCE
 from data.music21_corpus import build_default_corpus
 from data.pop1k7 import build_pop1k7_corpus
@@ -30,7 +31,7 @@ class DataSection(Protocol):
     source: Optional[str]  # folder of raw input, for the kinds in NEEDS_SOURCE
     format: str  # token format (tokenization.registry)
     time_signatures: bool  # tokenizer setting of the REMI format
-    max_pieces: Optional[int]  # default: chorales used; trio: pieces generated
+    max_pieces: Optional[int]  # default: chorales used; trio: pieces generated; groove_mma: songs charted
 
 
 # data.kind -> its builder, called as (source, root, tokenizer or None for groove, max_pieces)
@@ -43,6 +44,7 @@ BUILDERS: dict[str, Builder] = {
     "groove": lambda source, root, tok, limit: build_groove_corpus(source, root),
     "trio": lambda source, root, tok, limit: build_groove_corpus(None, root, **({"trio_pieces": limit}
                                                                                if limit else {})),
+    "groove_mma": lambda source, root, tok, limit: build_mma_token_corpus(source, root, songs=limit),
 }
 
 

@@ -13,13 +13,15 @@ FORMAT_OF_KIND = {  # data.kind -> the token format (tokenization.registry) its 
     "pop909": "remi",  # POP909 (data.pop909)
     "groove": "groove",  # a Groove2Groove-layout folder (data.folders)
     "trio": "groove",  # the offline trio corpus (groove.trio, data.folders)
+    "groove_mma": "groove",  # POP909 chord charts rendered with MMA (data.groove_mma)
 }
 CORPUS_KINDS = tuple(FORMAT_OF_KIND)
 BUILDER_OF_KIND = {  # data.kind -> the "builder" its summary.json records (data.build checks it)
     "default": "music21", "midi_folder": "midi_folder", "pop1k7": "pop1k7", "pop909": "pop909",
-    "groove": "groove", "trio": "groove",
+    "groove": "groove", "trio": "groove", "groove_mma": "groove",
 }
-NEEDS_SOURCE = ("midi_folder", "pop1k7", "pop909", "groove")  # kinds built from a raw folder (data.source)
+NEEDS_SOURCE = ("midi_folder", "pop1k7", "pop909", "groove", "groove_mma")  # kinds built from a raw folder
+# (data.source; groove_mma: the POP909 annotations folder)
 
 
 def check_kind_format(kind: str, token_format: str) -> None:

@@ -1,0 +1,457 @@
+"""A band corpus (drums, bass, accompaniment) rendered with MMA from POP909's real chord progressions.
+
+Groove2Groove (Cífka et al. 2020) renders chord charts with the commercial Band-in-a-Box in thousands of
+styles; this module does the same with MMA ("Musical MIDI Accompaniment", GPL-2, Debian package ``mma``:
+``apt-get install mma``), run as an external program with its installed groove library.
+
+**Charts** come from POP909's annotations: ``NNN/chord_midi.txt`` (``start end label``, Harte labels) and
+``NNN/beat_midi.txt`` (a beat a row, time first, 1.0 in the last column on downbeats). A bar runs from one
+downbeat to the next; a song with under half its bars of 4 beats is skipped (not 4/4). Each half of a 4-beat
+bar takes the chord covering most of it (MMA: ``C / G /``, or ``C`` when both agree); a 3- or 5-beat bar, or
+a half bar without a chord (N, or under half covered), breaks the run. A chart is ``bars`` consecutive
+charted bars (default 16, the length of Groove2Groove's val/test files; 794 of POP909's 869 songs have
+one); a song gives up to ``charts_per_song`` non-overlapping charts spread over it. Tempo: the chart's median
+beat interval, clamped to 60..180 qpm. Harte qualities map to MMA's chord names by ``MMA_QUALITY`` (min7
+Cm7, maj6 C6, hdim7 Cm7b5, minmaj7 CmM7, sus4(b7) C7sus4...), a slash bass (``maj/3``) to ``C/E``.
+
+**Renditions.** Each chart is rendered in ``styles_per_chart`` grooves drawn from ``styles`` (default 2: pairs
+in two styles, as in Groove2Groove), each transposed by its own shift drawn from ``transpositions``
+(-5..+6). The draws depend only on (seed, song, chart) and MMA's randomness is seeded (``RndSeed``).
+
+**Tracks.** MMA names its MIDI tracks by type (``Drum``, ``Bass``, ``Walk``, ``Chord-Piano``, ``Arpeggio``,
+``Plectrum``, ``Scale``, ``Solo``, ``Melody``, ``Aria``...). Drum tracks (channel 10) are merged into
+"BB Drums"; Walk tracks, the plain "Bass" track and Bass tracks with a GM bass program (32-39) into "BB Bass";
+Chord, Arpeggio, Plectrum, Scale and the other Bass tracks (e.g. "Bass-Sax", a horn doubling the bass
+pattern) into one accompaniment track with the program of its largest member, named by its GM family
+("BB Piano", "BB Guitar", "BB Strings"...); Solo, Melody and Aria are dropped. Notes are clipped to the
+chart's end; a rendition missing a role is skipped (counted).
+
+**Styles** (``DEFAULT_STYLES``, 30 4/4 grooves of MMA 21.09's stdlib, each rendered once before a build to
+check that it gives drums, bass and an accompaniment): rock 50sRock, 60sRock, SoftRock, FolkRock, BasicRock;
+pop 8Beat, PopBallad, RockBallad, Ballad; funk / soul BVFunk, DSoul; latin BossaNova, Samba, Salsa, Rhumba,
+ChaCha, Mambo, Merengue, Tango; jazz Swing, JazzCombo, BigBand, ModernJazz; country CountrySwing, BlueGrass;
+caribbean Ska, Calypso (MMA has no reggae groove); disco BoneyM; blues Blues, ShuffleBoggie.
+
+**Layout:** Groove2Groove's ``out_dir/{train,val,test}/<song>_<chart>.<style>.mid``, split by source song from
+its number (n % 10 == 8 val, 9 test, else train), so no song is in two splits; ``out_dir/corpus.json``
+describes every piece (chords as rendered, style, transposition, tempo) and the build (styles, pieces, songs
+and bars per split, skipped songs and renditions by reason).
+
+    python -m data.groove_mma --out corpus/groove_mma [--songs N] [--styles BossaNova Swing] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import miditoolkit
+import numpy as np
+from tqdm.auto import tqdm
+
+from groove.dataset import SPLITS
+from groove.roles import piece_from_midi
+
+logger = logging.getLogger("data.groove_mma")  # also when run with -m
+
+DEFAULT_ANNOTATIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pop909_annotations"
+DEFAULT_STYLES = (
+    "50sRock", "60sRock", "SoftRock", "FolkRock", "BasicRock", "8Beat", "PopBallad", "RockBallad", "Ballad",
+    "BVFunk", "DSoul", "BossaNova", "Samba", "Salsa", "Rhumba", "ChaCha", "Mambo", "Merengue", "Tango",
+    "Swing", "JazzCombo", "BigBand", "ModernJazz", "CountrySwing", "BlueGrass", "Ska", "Calypso", "BoneyM",
+    "Blues", "ShuffleBoggie",
+)
+CHART_BARS = 16  # bars per chart (module docstring)
+TRANSPOSITIONS = (-5, 6)  # lowest and highest transposition drawn, semitones
+TEMPO_RANGE = (60, 180)  # qpm the annotated tempo is clamped to
+BEATS_PER_BAR = 4
+MMA_TIMEOUT_S = 120  # per rendition
+ROOT_NAMES = ("C", "C#", "D", "Eb", "E", "F", "F#", "G", "Ab", "A", "Bb", "B")  # spelling of the rendered roots
+LETTERS = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}
+ACCIDENTALS = {"#": 1, "b": -1}
+MMA_QUALITY = {  # Harte quality (POP909's) -> MMA chord suffix
+    "maj": "", "min": "m", "7": "7", "maj7": "maj7", "min7": "m7", "maj6": "6", "min6": "m6", "dim": "dim",
+    "aug": "aug", "dim7": "dim7", "hdim7": "m7b5", "minmaj7": "mM7", "sus2": "sus2", "sus4": "sus4",
+    "sus4(b7)": "7sus4",
+}
+DEGREES = {  # Harte bass degree -> semitones above the root
+    "1": 0, "b2": 1, "2": 2, "#2": 3, "b3": 3, "3": 4, "4": 5, "#4": 6, "b5": 6, "5": 7, "#5": 8, "b6": 8,
+    "6": 9, "bb7": 9, "b7": 10, "7": 11,
+}
+ACCOMPANIMENT_TYPES = ("chord", "arpeggio", "plectrum", "scale")  # MMA track types merged into the accompaniment
+GM_FAMILIES = ("Piano", "Chromatic", "Organ", "Guitar", "Keys", "Strings", "Ensemble", "Brass", "Reed", "Pipe",
+               "Lead", "Pad", "Effects", "Ethnic", "Tuned", "Sounds")  # name per program // 8, no drum word
+
+
+class Skipped(Exception):
+    """A song that gives no chart, or a rendition that failed; ``reason`` is the category counted."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Chord:
+    """One chord of a chart."""
+
+    root: int  # pitch class, C = 0
+    quality: str  # Harte quality, a key of MMA_QUALITY
+    bass: int | None = None  # slash bass in semitones above the root (None: the root)
+
+    def mma(self, shift: int = 0) -> str:
+        """MMA's name of the chord transposed by ``shift`` semitones: ``C#m7``, ``F/A``."""
+        root = (self.root + shift) % 12
+        name = ROOT_NAMES[root] + MMA_QUALITY[self.quality]
+        return name if self.bass is None else f"{name}/{ROOT_NAMES[(root + self.bass) % 12]}"
+
+
+@dataclass
+class Chart:
+    """A chord chart cut from one POP909 song."""
+
+    song: str  # POP909 song number, e.g. "001"
+    index: int  # the chart's number within the song (in file names)
+    first_bar: int  # its first bar, counted among the song's annotated bars (downbeat to downbeat)
+    tempo: int  # qpm: the median beat interval of its bars, clamped to TEMPO_RANGE
+    halves: list[tuple[Chord, Chord]]  # chords of each bar's two half bars
+
+    def lines(self, shift: int = 0) -> list[str]:
+        """MMA's chord line of each bar: ``C / G /``, or ``C`` when both halves agree."""
+        return [a.mma(shift) if a == b else f"{a.mma(shift)} / {b.mma(shift)} /" for a, b in self.halves]
+
+
+@dataclass
+class MmaPiece:
+    """One rendered file (saved in corpus.json)."""
+
+    name: str  # file stem without the style: <song>_<chart>
+    song: str  # POP909 song number
+    chart: int  # chart number within the song
+    split: str  # train / val / test
+    style: str  # the MMA groove it is rendered in
+    transposition: int  # semitones added to the chart's chords
+    tempo: int  # qpm
+    bars: int  # length in 4/4 bars
+    first_bar: int  # where the chart starts in the song (annotated bars)
+    chords: list[str]  # MMA chord line of each bar, as rendered (transposed)
+    path: str  # the file, relative to the corpus folder
+
+
+@dataclass
+class MmaCorpus:
+    """What a build wrote."""
+
+    root: Path  # out_dir
+    styles: list[str]  # the styles drawn from
+    splits: dict[str, list[Path]] = field(default_factory=dict)  # split -> MIDI files
+    pieces: list[MmaPiece] = field(default_factory=list)  # one entry per file
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> songs or renditions skipped
+
+
+def require_mma() -> str:
+    """The path of the ``mma`` program; RuntimeError naming the install command when it is missing."""
+    path = shutil.which("mma")
+    if path is None:
+        raise RuntimeError("the mma program is not installed (Debian/Ubuntu: apt-get install mma)")
+    return path
+
+
+def split_of(song: str) -> str:
+    """The split of a POP909 song, from its number: 8 of every 10 train, then val, test."""
+    return {8: "val", 9: "test"}.get(int(song) % 10, "train")
+
+
+def parse_label(label: str) -> Chord | None:
+    """A Harte label (``C#:min7``, ``G:maj/3``, ``N``) -> a chord (None for N); ValueError naming it."""
+    if label == "N":
+        return None
+    root, _, rest = label.partition(":")
+    quality, _, degree = rest.partition("/")
+    if not root or root[0] not in LETTERS or any(a not in ACCIDENTALS for a in root[1:]) \
+            or quality not in MMA_QUALITY or (degree and degree not in DEGREES):
+        raise ValueError(f"unknown chord label {label!r}")
+    pitch = LETTERS[root[0]] + sum(ACCIDENTALS[a] for a in root[1:])
+    bass = DEGREES[degree] if degree and DEGREES[degree] else None
+    return Chord(pitch % 12, quality, bass)
+
+
+def load_song(folder: Path) -> tuple[np.ndarray, list[tuple[float, float, Chord | None]]]:
+    """(beats (N, 2): time in seconds and downbeat flag, chord spans) of one annotation folder."""
+    try:
+        rows = np.loadtxt(folder / "beat_midi.txt", ndmin=2)
+        spans = []
+        for line in (folder / "chord_midi.txt").read_text().splitlines():
+            if line.strip():
+                start, end, label = line.split()
+                spans.append((float(start), float(end), parse_label(label)))
+    except (OSError, ValueError) as err:
+        raise Skipped("unreadable annotation", str(err)) from err
+    return np.stack([rows[:, 0], rows[:, -1] == 1.0], axis=1), sorted(spans, key=lambda s: s[0])
+
+
+def _half_chord(spans: list, ends: np.ndarray, low: float, high: float) -> Chord | None:
+    """The chord covering most of [low, high), None if that is N or covers under half of it."""
+    cover: Counter = Counter()
+    for k in range(int(np.searchsorted(ends, low, side="right")), len(spans)):
+        start, end, chord = spans[k]
+        if start >= high:
+            break
+        cover[chord] += min(end, high) - max(start, low)
+    if not cover:
+        return None
+    chord, seconds = cover.most_common(1)[0]
+    return chord if seconds >= (high - low) / 2 else None
+
+
+def chart_song(song: str, beats: np.ndarray, spans: list, bars: int = CHART_BARS,
+               charts_per_song: int = 1) -> list[Chart]:
+    """Up to ``charts_per_song`` charts of ``bars`` bars (module docstring); Skipped when none."""
+    times, downbeats = beats[:, 0], np.flatnonzero(beats[:, 1])
+    lengths = np.diff(downbeats)
+    if not len(lengths) or np.mean(lengths == BEATS_PER_BAR) < 0.5:
+        raise Skipped("not 4/4", f"{np.mean(lengths == BEATS_PER_BAR) if len(lengths) else 0:.0%} 4-beat bars")
+    ends = np.maximum.accumulate(np.array([end for _, end, _ in spans]))  # sorted, for the search
+    halves: list[tuple[Chord, Chord] | None] = []
+    for first, length in zip(downbeats[:-1], lengths):
+        if length != BEATS_PER_BAR:
+            halves.append(None)
+            continue
+        low, mid, high = times[first], times[first + 2], times[first + BEATS_PER_BAR]
+        pair = (_half_chord(spans, ends, low, mid), _half_chord(spans, ends, mid, high))
+        halves.append(pair if None not in pair else None)
+    starts, run = [], 0  # first bars of the non-overlapping windows inside runs of charted bars
+    for bar, pair in enumerate(halves):
+        run = run + 1 if pair is not None else 0
+        if run == bars:
+            starts.append(bar - bars + 1)
+            run = 0
+    if not starts:
+        raise Skipped(f"no run of {bars} charted 4/4 bars")
+    chosen = sorted({starts[i] for i in np.linspace(0, len(starts) - 1, min(charts_per_song, len(starts))).round()
+                     .astype(int)})
+    charts = []
+    for index, first in enumerate(chosen):
+        beat_times = times[downbeats[first]:downbeats[first + bars] + 1]
+        qpm = int(round(60.0 / float(np.median(np.diff(beat_times)))))
+        charts.append(Chart(song, index, first, int(np.clip(qpm, *TEMPO_RANGE)), halves[first:first + bars]))
+    return charts
+
+
+def mma_song(chart: Chart, style: str, shift: int, seed: int) -> str:
+    """The MMA song file of one rendition."""
+    head = [f"// POP909 song {chart.song}, chart {chart.index}, transposed {shift:+d}", f"RndSeed {seed}",
+            f"Tempo {chart.tempo}", f"Groove {style}"]
+    return "\n".join(head + [f"{bar} {line}" for bar, line in enumerate(chart.lines(shift), 1)]) + "\n"
+
+
+def run_mma(text: str, mma: str = "mma") -> miditoolkit.MidiFile:
+    """Render an MMA song file; Skipped with MMA's first error line when it fails."""
+    with tempfile.TemporaryDirectory(prefix="groove_mma_") as tmp:
+        out = Path(tmp) / "song.mid"
+        proc = subprocess.run([mma, "-w", "-xNOCREDIT", "-", "-f", str(out)], input=text, capture_output=True,
+                              text=True, timeout=MMA_TIMEOUT_S)
+        if proc.returncode or not out.is_file():
+            errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("Error")]
+            raise Skipped("mma failed", errors[0] if errors else f"exit status {proc.returncode}")
+        return miditoolkit.MidiFile(str(out))
+
+
+def track_role(inst: miditoolkit.Instrument) -> str | None:
+    """The role of one MMA track: drums, bass, accompaniment, or None (dropped; module docstring)."""
+    if inst.is_drum:
+        return "drums"
+    name = (inst.name or "").strip().lower()
+    kind = name.split("-")[0]
+    if kind == "walk" or name == "bass" or (kind == "bass" and 32 <= inst.program <= 39):
+        return "bass"
+    return "accompaniment" if kind in ACCOMPANIMENT_TYPES or kind == "bass" else None
+
+
+def _merged(insts: list[miditoolkit.Instrument], end: int) -> list[miditoolkit.Note]:
+    """The notes of several tracks in one, clipped to ``end``; a same-pitch overlap ends the earlier note."""
+    notes = sorted(((n.start, n.pitch, -min(n.end, end), n.velocity) for i in insts for n in i.notes if n.start < end))
+    out: list[miditoolkit.Note] = []
+    last: dict[int, miditoolkit.Note] = {}  # pitch -> its latest note
+    for start, pitch, neg_end, velocity in notes:
+        prev = last.get(pitch)
+        if prev is not None and prev.end > start:
+            if prev.start == start:  # same onset: keep the longer (first sorted) note
+                continue
+            prev.end = start
+        last[pitch] = miditoolkit.Note(velocity=velocity, pitch=pitch, start=start, end=max(-neg_end, start + 1))
+        out.append(last[pitch])
+    return out
+
+
+def band_midi(midi: miditoolkit.MidiFile, bars: int) -> miditoolkit.MidiFile:
+    """MMA's tracks merged onto "BB Drums", "BB Bass" and one accompaniment; Skipped if a role is empty."""
+    end = bars * BEATS_PER_BAR * midi.ticks_per_beat
+    groups: dict[str, list[miditoolkit.Instrument]] = {"drums": [], "bass": [], "accompaniment": []}
+    for inst in midi.instruments:
+        role = track_role(inst)
+        if role is not None and inst.notes:
+            groups[role].append(inst)
+    band = miditoolkit.MidiFile(ticks_per_beat=midi.ticks_per_beat)
+    band.tempo_changes = list(midi.tempo_changes[:1]) or [miditoolkit.TempoChange(120.0, 0)]
+    band.time_signature_changes = [miditoolkit.TimeSignature(BEATS_PER_BAR, 4, 0)]
+    for role, insts in groups.items():
+        notes = _merged(insts, end)
+        if not notes:
+            raise Skipped(f"no {role} track")
+        program = max(insts, key=lambda i: len(i.notes)).program
+        name = {"drums": "BB Drums", "bass": "BB Bass"}.get(role, f"BB {GM_FAMILIES[program // 8]}")
+        inst = miditoolkit.Instrument(program=0 if role == "drums" else program, is_drum=role == "drums", name=name)
+        inst.notes = notes
+        band.instruments.append(inst)
+    piece = piece_from_midi(band, "<band>")  # the roles groove.roles finds must be these three
+    if not (piece.drums and piece.bass and len(piece.candidates) == 1):
+        raise Skipped("roles not found by groove.roles")
+    return band
+
+
+def check_styles(styles: Sequence[str], mma: str = "mma") -> None:
+    """ValueError naming the styles that do not render drums, bass and an accompaniment over I-vi-IV-V."""
+    chords = [Chord(0, "maj"), Chord(9, "min"), Chord(5, "maj"), Chord(7, "7")]
+    chart = Chart("0", 0, 0, 100, [(chord, chord) for chord in chords])
+    bad = [f"{style} (a file name part: no '.', '/' or blank)" for style in styles if set(style) & set("./ ")]
+    for style in (s for s in styles if not set(s) & set("./ ")):
+        try:
+            band_midi(run_mma(mma_song(chart, style, 0, 0), mma), len(chart.halves))
+        except Skipped as err:
+            bad.append(f"{style} ({err})")
+    if bad:
+        raise ValueError(f"unusable MMA styles: {'; '.join(bad)}")
+
+
+def _render(task: tuple[Chart, str, int, int, Path, str]) -> str | None:
+    """Render one (chart, style, shift, seed, path, mma) task; None when written, else the skip reason."""
+    chart, style, shift, seed, path, mma = task
+    try:
+        band_midi(run_mma(mma_song(chart, style, shift, seed), mma), len(chart.halves)).dump(str(path))
+    except (Skipped, subprocess.TimeoutExpired) as err:
+        logger.warning("skipped %s: %s", path.name, err)
+        return f"rendition: {getattr(err, 'reason', 'mma timed out')}"
+    return None
+
+
+def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNOTATIONS,
+                     styles: Sequence[str] = DEFAULT_STYLES, pieces: int | Sequence[str] | None = None,
+                     bars: int = CHART_BARS, transpositions: tuple[int, int] = TRANSPOSITIONS, seed: int = 0,
+                     jobs: int = 1, charts_per_song: int = 1, styles_per_chart: int = 2,
+                     progress: bool = True) -> MmaCorpus:
+    """Render POP909's chord charts with MMA into a Groove2Groove-layout corpus (module docstring).
+
+    ``pieces``: the songs used, a number (the first N song folders) or song names; None: all of them.
+    ``jobs``: renditions run at once. Files an earlier build listed in ``out_dir/corpus.json`` are removed.
+    """
+    mma = require_mma()  # user errors first, before any work
+    annotations, root = Path(annotations), Path(out_dir)
+    if not annotations.is_dir():
+        raise FileNotFoundError(f"{annotations}: no such annotations folder (POP909's NNN/chord_midi.txt)")
+    if min(bars, charts_per_song, styles_per_chart) < 1 or transpositions[0] > transpositions[1]:
+        raise ValueError("bars, charts per song and styles per chart must be at least 1, transpositions (low, high)")
+    check_styles(styles, mma)
+    songs = sorted(p.name for p in annotations.iterdir() if (p / "chord_midi.txt").is_file())
+    if isinstance(pieces, int):
+        songs = songs[:pieces]
+    elif pieces is not None:
+        songs = [str(s) for s in pieces]
+    skipped: Counter = Counter()
+    tasks = []
+    for song in songs:
+        try:
+            charts = chart_song(song, *load_song(annotations / song), bars, charts_per_song)
+        except Skipped as err:
+            logger.info("song %s skipped: %s", song, err)
+            skipped[f"song: {err.reason}"] += 1
+            continue
+        for chart in charts:
+            rng = np.random.default_rng([seed, int(song), chart.index])
+            chosen = rng.choice(len(styles), size=min(styles_per_chart, len(styles)), replace=False)
+            for style in (styles[int(i)] for i in chosen):
+                shift = int(rng.integers(transpositions[0], transpositions[1] + 1))
+                path = root / split_of(song) / f"{song}_{chart.index}.{style}.mid"
+                tasks.append((chart, style, shift, int(rng.integers(2**31)), path, mma))
+    previous = root / "corpus.json"
+    if previous.is_file():
+        for old in (Path(piece["path"]) for piece in json.loads(previous.read_text()).get("pieces", [])):
+            if len(old.parts) == 2 and old.parts[0] in SPLITS and old.suffix == ".mid":  # only files of ours
+                (root / old).unlink(missing_ok=True)
+    for split in SPLITS:
+        (root / split).mkdir(parents=True, exist_ok=True)
+    result = MmaCorpus(root=root, styles=list(styles), splits={s: [] for s in SPLITS})
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outcomes = tqdm(pool.map(_render, tasks), total=len(tasks), desc="MMA renditions", unit="file",
+                        disable=not progress)
+        for (chart, style, shift, _, path, _), reason in zip(tasks, outcomes):
+            if reason is not None:
+                skipped[reason] += 1
+                continue
+            split = path.parent.name
+            result.splits[split].append(path)
+            result.pieces.append(MmaPiece(path.name.split(".")[0], chart.song, chart.index, split, style, shift,
+                                          chart.tempo, bars, chart.first_bar, chart.lines(shift),
+                                          path.relative_to(root).as_posix()))
+    result.skipped = dict(sorted(skipped.items()))
+    splits = {split: {"pieces": len(members), "songs": len({p.song for p in members}), "bars": len(members) * bars}
+              for split in SPLITS for members in [[p for p in result.pieces if p.split == split]]}
+    description = {
+        "description": "POP909 chord charts rendered with MMA (Musical MIDI Accompaniment) in several styles",
+        "source": str(annotations.resolve()),
+        "songs": pieces if pieces is None or isinstance(pieces, int) else list(pieces),
+        "seed": seed, "bars": bars, "charts_per_song": charts_per_song, "styles_per_chart": styles_per_chart,
+        "transpositions": list(transpositions), "tempo_range": list(TEMPO_RANGE), "styles": result.styles,
+        "splits": splits, "skipped": result.skipped, "pieces": [asdict(p) for p in result.pieces],
+    }
+    (result.root / "corpus.json").write_text(json.dumps(description, indent=1))
+    logger.info("MMA corpus in %s: %s; skipped %s", result.root,
+                ", ".join(f"{s} {v['pieces']} pieces" for s, v in splits.items()), result.skipped or "none")
+    return result
+
+
+def build_mma_token_corpus(source: str | Path, root: str | Path, songs: int | None = None, progress: bool = True):
+    """``data.kind: groove_mma``: render into ``root/midi`` (unless a build with this source and song limit is
+    there), then tokenise it like a Groove2Groove folder (``data.folders.build_groove_corpus``)."""
+    from data.folders import build_groove_corpus
+
+    midi = Path(root) / "midi"
+    written = json.loads((midi / "corpus.json").read_text()) if (midi / "corpus.json").is_file() else {}
+    if written.get("source") != str(Path(source).resolve()) or written.get("songs") != songs:
+        build_mma_corpus(midi, source, pieces=songs, progress=progress)
+    return build_groove_corpus(midi, root, progress=progress)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m data.groove_mma", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="corpus folder (train/, val/, test/, corpus.json)")
+    parser.add_argument("--annotations", default=str(DEFAULT_ANNOTATIONS), help="POP909 annotations folder")
+    parser.add_argument("--songs", type=int, default=None, help="use the first N songs (default: all)")
+    parser.add_argument("--styles", nargs="+", default=list(DEFAULT_STYLES), help="MMA grooves to draw from")
+    parser.add_argument("--bars", type=int, default=CHART_BARS, help="bars per chart")
+    parser.add_argument("--charts-per-song", type=int, default=1)
+    parser.add_argument("--styles-per-chart", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1, help="renditions run at once")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        build_mma_corpus(args.out, args.annotations, args.styles, args.songs, args.bars, seed=args.seed,
+                         jobs=args.jobs, charts_per_song=args.charts_per_song,
+                         styles_per_chart=args.styles_per_chart)
+    except (RuntimeError, FileNotFoundError, ValueError) as err:
+        parser.error(str(err))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""data.groove_mma: POP909 chord charts rendered with MMA into a Groove2Groove-layout band corpus."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import miditoolkit
+import numpy as np
+import pytest
+
+import data.groove_mma as gm
+from groove import GrooveTokenizer
+from groove.dataset import SPLITS, list_splits, style_of
+from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
+
+ANNOTATIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pop909_annotations"
+SONGS = ["001", "008", "009"]  # one song per split (train, val, test)
+STYLES = ["BossaNova", "8Beat"]
+PITCH_CLASS = {name: pc for pc, name in enumerate(gm.ROOT_NAMES)}
+
+
+# ------------------------------------------------------------------ without mma
+@pytest.mark.parametrize("label, name", [
+    ("C:maj", "C"), ("A:min", "Am"), ("G:7", "G7"), ("F:maj7", "Fmaj7"), ("D:min7", "Dm7"), ("Bb:maj6", "Bb6"),
+    ("E:min6", "Em6"), ("B:dim", "Bdim"), ("C#:aug", "C#aug"), ("F#:dim7", "F#dim7"), ("B:hdim7", "Bm7b5"),
+    ("C:minmaj7", "CmM7"), ("D:sus2", "Dsus2"), ("G:sus4", "Gsus4"), ("A:sus4(b7)", "A7sus4"), ("C:maj/3", "C/E"),
+    ("A:min/b3", "Am/C"), ("G:7/b7", "G7/F"), ("Db:maj/5", "C#/Ab"), ("F:maj/1", "F"), ("Eb:maj7/7", "Ebmaj7/D"),
+])
+def test_harte_to_mma_names(label, name):
+    assert gm.parse_label(label).mma() == name
+
+
+def test_harte_transposition_and_errors():
+    assert gm.parse_label("N") is None
+    assert gm.parse_label("E:min7").mma(shift=-5) == "Bm7"
+    assert gm.parse_label("C:maj/3").mma(shift=6) == "F#/Bb"
+    for bad in ("C:9", "H:maj", "C:maj/9", "Cmaj"):
+        with pytest.raises(ValueError, match="unknown chord label"):
+            gm.parse_label(bad)
+
+
+def _beats(bar_beats: list[int], seconds: float = 0.5) -> np.ndarray:
+    """Beat rows (time, downbeat flag) for bars of these numbers of beats, and the closing downbeat."""
+    flags = [float(b == 0) for n in bar_beats for b in range(n)] + [1.0]
+    return np.stack([np.arange(len(flags)) * seconds, flags], axis=1)
+
+
+def _spans(beats: np.ndarray, halves: list[tuple[str, str]], jitter: float = 0.2) -> list:
+    """Chord spans of two beats each from beat 0 (labels per half bar), moved ``jitter`` beats early."""
+    step = beats[1, 0] - beats[0, 0]
+    labels = [label for pair in halves for label in pair]
+    return [(max(0.0, (2 * i - jitter) * step), (2 * i + 2 - jitter) * step, gm.parse_label(label))
+            for i, label in enumerate(labels)]
+
+
+def test_chart_cutting():
+    beats = _beats([4] * 10)
+    halves = [("C:maj", "G:maj") if bar % 2 == 0 else ("F:maj", "F:maj") for bar in range(10)]
+    charts = gm.chart_song("123", beats, _spans(beats, halves), bars=4, charts_per_song=5)
+    assert [(c.index, c.first_bar) for c in charts] == [(0, 0), (1, 4)]  # non-overlapping, bar 8.. too short
+    assert charts[0].lines() == ["C / G /", "F", "C / G /", "F"]
+    assert charts[1].lines(shift=2) == ["D / A /", "G", "D / A /", "G"]
+    assert all(c.tempo == 120 and len(c.halves) == 4 for c in charts)
+    (only,) = gm.chart_song("123", beats, _spans(beats, halves), bars=4, charts_per_song=1)
+    assert only.first_bar == 0
+    fast = _beats([4] * 4, seconds=0.2)  # 300 qpm: clamped
+    assert gm.chart_song("1", fast, _spans(fast, halves[:4]), bars=4)[0].tempo == gm.TEMPO_RANGE[1]
+
+
+def test_chart_runs_break_on_odd_bars_and_no_chord():
+    beats = _beats([4] * 5 + [3] + [4] * 6)  # a 3-beat bar after bar 4: runs of 5 and 6 bars
+    labels = [("C:maj", "C:maj")] * 12
+    assert [c.first_bar for c in gm.chart_song("1", beats, _spans(beats, labels), 5, 5)] == [0, 6]
+    beats = _beats([4] * 8)
+    labels = [("C:maj", "A:min")] * 3 + [("N", "C:maj")] + [("C:maj", "A:min")] * 4
+    assert [c.first_bar for c in gm.chart_song("1", beats, _spans(beats, labels), 3, 5)] == [0, 4]
+    with pytest.raises(gm.Skipped, match="no run of 5 charted 4/4 bars") as err:
+        gm.chart_song("1", beats, _spans(beats, labels), 5)
+    assert err.value.reason == "no run of 5 charted 4/4 bars"
+    with pytest.raises(gm.Skipped, match="not 4/4") as err:
+        gm.chart_song("1", _beats([3] * 8), [], 4)
+    assert err.value.reason == "not 4/4"
+
+
+def test_split_of_is_by_song_number():
+    assert [gm.split_of(s) for s in ("001", "008", "009", "010", "018", "909")] == \
+        ["train", "val", "test", "train", "val", "test"]
+
+
+def _mma_like_midi() -> miditoolkit.MidiFile:
+    midi = miditoolkit.MidiFile(ticks_per_beat=192)
+    bar = 4 * 192
+    tracks = [("Drum", 0, True, [(0, 36), (bar, 38)]), ("Walk", 32, False, [(0, 36), (bar, 41)]),
+              ("Bass-Sax", 66, False, [(0, 48)]), ("Chord-Piano", 0, False, [(0, 60), (0, 64), (bar, 65)]),
+              ("Arpeggio", 24, False, [(96, 67), (2 * bar, 72)]), ("Solo", 66, False, [(0, 80)])]
+    for name, program, is_drum, notes in tracks:
+        inst = miditoolkit.Instrument(program=program, is_drum=is_drum, name=name)
+        inst.notes = [miditoolkit.Note(velocity=80, pitch=p, start=s, end=s + 2 * bar) for s, p in notes]
+        midi.instruments.append(inst)
+    return midi
+
+
+def test_mma_tracks_are_merged_onto_three_roles():
+    band = gm.band_midi(_mma_like_midi(), bars=2)
+    assert [(i.name, i.program, i.is_drum) for i in band.instruments] == \
+        [("BB Drums", 0, True), ("BB Bass", 32, False), ("BB Piano", 0, False)]
+    drums, bass, acc = ([(n.start, n.pitch, n.end) for n in i.notes] for i in band.instruments)
+    end = 2 * 4 * 192
+    assert bass == [(0, 36, end), (768, 41, end)]  # the walk track only, clipped to the chart's end
+    assert sorted(p for _, p, _ in acc) == [48, 60, 64, 65, 67]  # chord, arpeggio, Bass-Sax; no solo, no bar 3
+    piece = GrooveTokenizer().parse(band)
+    assert piece.drums and piece.bass and len(piece.candidates) == 1
+
+
+def test_missing_mma_and_annotations_are_one_line_errors(tmp_path, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        gm.main(["--out", str(tmp_path / "c"), "--annotations", str(tmp_path / "nowhere")])
+    assert exit_info.value.code != 0
+    if shutil.which("mma"):
+        assert "no such annotations folder" in capsys.readouterr().err
+    monkeypatch.setattr(gm.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit):
+        gm.main(["--out", str(tmp_path / "c")])
+    assert "apt-get install mma" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="apt-get install mma"):
+        gm.require_mma()
+
+
+def test_groove_mma_is_a_groove_kind_built_from_the_annotations(tmp_path):
+    from data.build import BUILDERS, build_corpus
+    from data.kinds import BUILDER_OF_KIND, FORMAT_OF_KIND, NEEDS_SOURCE
+
+    assert FORMAT_OF_KIND["groove_mma"] == "groove" and BUILDER_OF_KIND["groove_mma"] == "groove"
+    assert "groove_mma" in BUILDERS and "groove_mma" in NEEDS_SOURCE
+    with pytest.raises(ValueError, match="set data.source to the raw groove_mma folder"):
+        build_corpus("groove_mma", tmp_path / "c")
+
+
+# --------------------------------------------------------------------- with mma
+@pytest.fixture(scope="module")
+def tiny_corpus(tmp_path_factory):
+    if shutil.which("mma") is None:
+        pytest.skip("mma not installed: apt-get install mma")
+    if not ANNOTATIONS.is_dir():
+        pytest.skip(f"POP909 annotations not found at {ANNOTATIONS}")
+    root = tmp_path_factory.mktemp("groove_mma")
+    corpus = gm.build_mma_corpus(root, ANNOTATIONS, STYLES, pieces=SONGS, charts_per_song=1, progress=False)
+    return corpus, json.loads((root / "corpus.json").read_text())
+
+
+def test_tiny_corpus_layout_and_splits(tiny_corpus):
+    corpus, description = tiny_corpus
+    files = list_splits(corpus.root)
+    assert {split: len(paths) for split, paths in files.items()} == {"train": 2, "val": 2, "test": 2}
+    pieces = description["pieces"]
+    assert sorted(corpus.root / p["path"] for p in pieces) == sorted(p for paths in files.values() for p in paths)
+    songs = {split: {p["song"] for p in pieces if p["split"] == split} for split in SPLITS}
+    assert songs == {"train": {"001"}, "val": {"008"}, "test": {"009"}}  # no song in two splits
+    for p in pieces:
+        assert p["path"] == f"{p['split']}/{p['song']}_{p['chart']}.{p['style']}.mid"
+        assert style_of(p["path"]) == p["style"] and p["split"] == gm.split_of(p["song"])
+        assert -5 <= p["transposition"] <= 6 and 60 <= p["tempo"] <= 180 and len(p["chords"]) == p["bars"] == 16
+    assert {(p["song"], p["style"]) for p in pieces} == {(s, style) for s in SONGS for style in STYLES}
+    assert description["styles"] == STYLES and description["skipped"] == {}
+    assert {s: v["pieces"] for s, v in description["splits"].items()} == {"train": 2, "val": 2, "test": 2}
+    assert all(v["bars"] == 2 * 16 for v in description["splits"].values())
+
+
+def _bass_pitch_class(line: str) -> int:
+    """The bass pitch class of a bar's first chord in an MMA chord line (``Am7/G / D /`` -> G)."""
+    first = line.split(" / ")[0]
+    name = first.split("/")[1] if "/" in first else first
+    return PITCH_CLASS[name[:2] if name[:2] in PITCH_CLASS else name[:1]]
+
+
+def test_tiny_corpus_tokenises_with_three_roles_and_follows_the_chart(tiny_corpus):
+    corpus, description = tiny_corpus
+    tokenizer = GrooveTokenizer()
+    for p in description["pieces"]:
+        path = corpus.root / p["path"]
+        piece = tokenizer.parse(path)
+        assert piece.drums and piece.bass and len(piece.candidates) == 1, p["path"]
+        ids = tokenizer.encode(path)
+        assert len(tokenizer.bar_starts(ids)) == p["bars"]  # exactly the charted bars
+        assert max(end for notes in piece.tracks() for _, end, _ in notes) <= p["bars"] * TICKS_PER_BAR
+        hits = 0
+        for bar, line in enumerate(p["chords"]):
+            onsets = {pitch % 12 for start, _, pitch in piece.bass if abs(start - bar * TICKS_PER_BAR) <= 3}
+            hits += _bass_pitch_class(line) in onsets
+        assert hits >= 0.75 * p["bars"], (p["path"], hits)
+        acc_onsets = [start for start, _, _ in piece.candidates[0]]
+        assert len({start // TICKS_PER_BEAT for start in acc_onsets}) >= p["bars"]  # plays through the chart
+
+
+def test_tiny_corpus_is_reproducible(tiny_corpus, tmp_path):
+    corpus, description = tiny_corpus
+    again = gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], charts_per_song=1, progress=False)
+    for piece in again.pieces:
+        assert (tmp_path / piece.path).read_bytes() == (corpus.root / piece.path).read_bytes()
