@@ -2,12 +2,14 @@
 
     spe-evaluate nll --checkpoint runs/pop_sine --checkpoint runs/pop_ape --out eval/ [--max-len 4096]
     spe-evaluate groove --checkpoint runs/groove_sine --out eval/ [--tokens 1024 --temperature 0.6]
+                        [--real ../shared/data/openmsx_band]
     spe-evaluate pe --checkpoint runs/pop_sine --out eval/ [--length 256 --layer 0]
     spe-evaluate templates --checkpoint runs/pop_sine --out eval/ [--length 128 --layers 0 23]
     spe-evaluate quality --out eval/quality [--real ../shared/data/pop909 --pieces 20 --tokens 3072]
 
 nll: per-position teacher-forced NLL on held-out pieces -> nll.csv, nll.png, nll_summary.{md,json}.
-groove: style similarity of continuations of 2-bar prompts -> groove_similarity.csv, groove_similarity.png.
+groove: style similarity of continuations of 2-bar prompts (of a corpus split, or of the band MIDI files of
+    --real DIR) -> groove.csv (per model, metric, quarter), groove_similarity.{csv,png,md}.
 pe: translation invariance and monotonicity per head -> pe_properties.{csv,md}.
 templates: learned SPE kernels with the gates applied -> templates_<model>_layer<l>.png.
 quality: muspy + MusDr metrics of generated vs real pieces -> quality.{md,csv}, quality_summary.csv,
@@ -64,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     groove = command("groove", "style similarity of continuations of 2-bar prompts")
     threads_argument(groove)
     groove.add_argument("--corpus", default=None, help="corpus root (default: the checkpoint's data.root)")
+    groove.add_argument("--real", default=None, metavar="DIR",
+                        help="continue the band MIDI files of DIR instead of a corpus split (files without "
+                             "drums, bass or an accompaniment are skipped, with the reason)")
     groove.add_argument("--split", default=None, choices=("test", "valid", "train"),
                         help="corpus split (default: test, or valid when test is empty)")
     groove.add_argument("--max-pieces", type=int, default=20,
@@ -200,18 +205,30 @@ def run_nll(args: argparse.Namespace) -> None:
 
 
 def run_groove(args: argparse.Namespace) -> None:
-    from evaluation.groove import GrooveOptions, evaluate_groove, write_groove_outputs
+    from evaluation.groove import GrooveOptions, band_pieces, evaluate_groove, write_groove_outputs
 
     set_threads(args.threads)
     models = load_models(args, token_format="groove")
-    pieces, names = held_out_pieces(args, models[0][1])
+    skipped = []
+    if args.real is not None:
+        if args.corpus is not None or args.split is not None:
+            raise ValueError("--real replaces --corpus and --split: give one or the other")
+        if not Path(args.real).is_dir():
+            raise ValueError(f"--real {args.real}: not a folder")
+        pieces, names, skipped = band_pieces(Path(args.real), models[0][1].tokenizer)
+        if not pieces:
+            raise ValueError(f"--real {args.real}: no MIDI file with drums, bass and an accompaniment "
+                             f"({len(skipped)} skipped)")
+        pieces, names = pieces[:args.max_pieces], names[:args.max_pieces]
+    else:
+        pieces, names = held_out_pieces(args, models[0][1])
     options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed,
                             sampling=SamplingConfig(top_p=args.top_p, temperature=args.temperature),
                             progress=not args.no_progress)
     rows = []
     for label, ckpt in models:
         rows += evaluate_groove(label, ckpt, pieces, names, options)
-    print(write_groove_outputs(rows, Path(args.out)), end="")
+    print(write_groove_outputs(rows, Path(args.out), skipped), end="")
 
 
 def run_pe(args: argparse.Namespace) -> None:

@@ -4,6 +4,10 @@ For each held-out piece: its first bars are the prompt, the model continues it (
 constrained) up to a total length in tokens, the continuation is cut into 4 quarters of equal duration
 and each quarter is compared with the whole reference piece by the two style similarities of
 `groove.metrics` (onset-duration and time-pitch profiles, cosine similarity).
+
+The held-out pieces are a corpus split, or any folder of real band MIDI (`band_pieces`): each file's
+roles are found by the tokenizer's rules (`groove.roles`), and a file without drums, bass or an
+accompaniment, or not in 4/4, is skipped with its reason.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from tqdm.auto import tqdm
 from generation.outputs import AtomicOutputs
 from generation.pieces import first_bars, next_bar_time
 from generation.sampling import SamplingConfig, generate
-from tokenization import BaseTokenizer
+from groove.roles import TRACKS, piece_from_midi
+from tokenization import BaseTokenizer, TokenizationError, declared_meters, load_midi, midi_files
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +73,37 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
     return rows
 
 
+@dataclass
+class Skipped:
+    file: str  # path of the file, relative to the folder
+    reason: str  # why it was not used
+
+
+def band_pieces(folder: Path, tokenizer: BaseTokenizer) -> tuple[list[np.ndarray], list[str], list[Skipped]]:
+    """The ids and names of the band MIDI files below `folder` that have all three roles, and the
+    files skipped with their reasons."""
+    pieces, names, skipped = [], [], []
+    for path in midi_files(folder):
+        name = str(path.relative_to(folder))
+        try:
+            midi = load_midi(path)
+        except TokenizationError as error:
+            skipped.append(Skipped(name, error.reason))
+            continue
+        meters = [m for m in declared_meters(midi) if m != "4/4"]
+        missing = [role for role, notes in zip(TRACKS, piece_from_midi(midi, name).tracks()) if not notes]
+        if meters:
+            skipped.append(Skipped(name, f"meter {meters[0]} (the groove format is 4/4)"))
+        elif missing:
+            skipped.append(Skipped(name, "no " + " and no ".join(missing) + " track"))
+        else:
+            pieces.append(np.asarray(tokenizer.encode(midi), dtype=np.int64))
+            names.append(name)
+    for item in skipped:
+        logger.info("skipped %s: %s", item.file, item.reason)
+    return pieces, names, skipped
+
+
 def score_continuation(tokenizer: BaseTokenizer, tokens: Sequence[int], prompt_len: int, reference: Sequence[int]
                        ) -> dict[str, np.ndarray]:
     """{metric: (4,) similarities} of the part of `tokens` after the prompt to the whole reference."""
@@ -87,31 +123,45 @@ def prompt_end_tick(tokenizer: BaseTokenizer, prompt: Sequence[int], ticks_per_b
     return int(next_bar_time(tokenizer, prompt) * ticks_per_beat)
 
 
-def summary_markdown(rows: Sequence[SimilarityRow]) -> str:
-    """Mean (and standard deviation) similarity per model, metric and quarter."""
-    keys = sorted({(r.model, r.metric) for r in rows})
+def quarter_stats(rows: Sequence[SimilarityRow]) -> list[tuple[str, str, int, float, float, int]]:
+    """(model, metric, quarter, mean, std, pieces) for every model, metric and quarter."""
+    stats = []
+    for model, metric in sorted({(r.model, r.metric) for r in rows}):
+        for quarter in range(1, 5):
+            values = [r.similarity for r in rows if (r.model, r.metric, r.quarter) == (model, metric, quarter)]
+            stats.append((model, metric, quarter, float(np.mean(values)), float(np.std(values)), len(values)))
+    return stats
+
+
+def summary_markdown(rows: Sequence[SimilarityRow], skipped: Sequence[Skipped] = ()) -> str:
+    """Mean (and standard deviation) similarity per model, metric and quarter; the files skipped."""
     lines = ["| model | metric | quarter 1 | quarter 2 | quarter 3 | quarter 4 | pieces |",
              "|---|---|---:|---:|---:|---:|---:|"]
-    for model, metric in keys:
-        cells = []
-        for quarter in range(1, 5):
-            values = [r.similarity for r in rows
-                      if (r.model, r.metric, r.quarter) == (model, metric, quarter)]
-            cells.append(f"{np.mean(values):.3f} ± {np.std(values):.3f}")
-        count = len({r.piece for r in rows if (r.model, r.metric) == (model, metric)})
+    stats = quarter_stats(rows)
+    for first in range(0, len(stats), 4):
+        model, metric, _, _, _, count = stats[first]
+        cells = [f"{mean:.3f} ± {std:.3f}" for _, _, _, mean, std, _ in stats[first:first + 4]]
         lines.append(f"| {model} | {metric} | " + " | ".join(cells) + f" | {count} |")
+    if skipped:
+        lines += ["", f"{len(skipped)} file(s) skipped:", ""] + [f"- {s.file}: {s.reason}" for s in skipped]
     return "\n".join(lines) + "\n"
 
 
-def write_groove_outputs(rows: Sequence[SimilarityRow], out_dir: Path) -> str:
-    """groove_similarity.csv, .png and .md; returns the markdown summary."""
-    table = summary_markdown(rows)
+def write_groove_outputs(rows: Sequence[SimilarityRow], out_dir: Path, skipped: Sequence[Skipped] = ()) -> str:
+    """groove_similarity.csv (per piece), groove.csv (model, metric, quarter, mean, std, pieces), .png
+    and .md (with the skipped files); returns the markdown summary."""
+    table = summary_markdown(rows, skipped)
     with AtomicOutputs() as outputs:
         with outputs.temp(out_dir / "groove_similarity.csv").open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["model", "piece", "metric", "quarter", "similarity"])
             for r in rows:
                 writer.writerow([r.model, r.piece, r.metric, r.quarter, f"{r.similarity:.6f}"])
+        with outputs.temp(out_dir / "groove.csv").open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["model", "metric", "quarter", "mean", "std", "pieces"])
+            for model, metric, quarter, mean, std, count in quarter_stats(rows):
+                writer.writerow([model, metric, quarter, f"{mean:.6f}", f"{std:.6f}", count])
         plot_boxes(rows, outputs.temp(out_dir / "groove_similarity.png"))
         outputs.temp(out_dir / "groove_similarity.md").write_text(table)
     return table

@@ -8,6 +8,7 @@ import math
 import shutil
 from pathlib import Path
 
+import miditoolkit
 import numpy as np
 import pytest
 import torch
@@ -19,6 +20,7 @@ from evaluation.pe import monotonicity, translation_invariance
 from apps.evaluate import main
 from data import build_groove_corpus, build_midi_folder_corpus
 from groove import GrooveTokenizer
+from groove.trio import build_trio_corpus
 from model import MusicPerformer
 from remi import REMITokenizer
 from cli_helpers import exit_status
@@ -148,6 +150,30 @@ def test_groove_similarity_of_continuations(groove_corpus, tmp_path):
     assert {r["metric"] for r in rows} == {"onset_duration", "time_pitch"}
     assert all(0.0 <= float(r["similarity"]) <= 1.0 + 1e-9 for r in rows)
     assert (out / "groove_similarity.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_groove_continues_a_folder_of_real_band_midi(groove_corpus, tmp_path):
+    """--real DIR: files with the three roles are continued, the others skipped with their reason."""
+    band = tmp_path / "band"
+    band.mkdir()
+    build_trio_corpus(tmp_path / "trio", n_pieces=2, progress=False)
+    for i, path in enumerate(sorted((tmp_path / "trio").rglob("*.mid"))[:2]):
+        shutil.copy(path, band / f"song{i}.mid")
+    midi = miditoolkit.MidiFile(str(band / "song0.mid"))
+    midi.instruments = [inst for inst in midi.instruments if not inst.is_drum]
+    midi.dump(str(band / "no_drums.mid"))
+    (band / "broken.mid").write_text("not MIDI")
+    run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), corpus=groove_corpus)
+    out = tmp_path / "real"
+    assert main(["groove", "--checkpoint", str(run), "--out", str(out), "--tokens", "400", "--real", str(band),
+                 "--no-progress"]) == 0
+    rows = read_csv(out / "groove.csv")
+    assert list(rows[0]) == ["model", "metric", "quarter", "mean", "std", "pieces"]
+    assert len(rows) == 2 * 4 and {r["pieces"] for r in rows} == {"2"}
+    pieces = {r["piece"] for r in read_csv(out / "groove_similarity.csv")}
+    assert pieces == {"song0.mid", "song1.mid"}
+    text = (out / "groove_similarity.md").read_text()
+    assert "no_drums.mid: no drums track" in text and "broken.mid" in text
 
 
 def test_a_true_continuation_is_similar_to_its_piece(groove_corpus):
