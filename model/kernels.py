@@ -28,18 +28,20 @@ CausalKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
 TORCH_CHUNK = 64  # positions per chunk of the pure-PyTorch kernel
 
 
+def chunks(chunk: int, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """(B, H, N, X) tensors zero-padded to a multiple of `chunk` positions -> (B, H, G, chunk, X) each."""
+    B, H, N, _ = tensors[0].shape
+    pad = (-N) % chunk
+    return [F.pad(t, (0, 0, 0, pad)).reshape(B, H, (N + pad) // chunk, chunk, t.shape[-1]) for t in tensors]
+
+
 def causal_dot_product_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              chunk: int = TORCH_CHUNK) -> torch.Tensor:
     """Chunked causal linear attention numerator in pure PyTorch (differentiable by autograd)."""
-    B, H, N, M = q.shape
+    B, H, N, _ = q.shape
     E = v.shape[-1]
-    pad = (-N) % chunk
-    if pad:
-        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
-    G = (N + pad) // chunk
-    qc = q.reshape(B, H, G, chunk, M)  # (B, H, G, C, M)
-    kc = k.reshape(B, H, G, chunk, M)  # (B, H, G, C, M)
-    vc = v.reshape(B, H, G, chunk, E)  # (B, H, G, C, E)
+    qc, kc, vc = chunks(chunk, q, k, v)  # (B, H, G, C, M), (B, H, G, C, M), (B, H, G, C, E)
+    G = qc.shape[2]
     scores = torch.matmul(qc, kc.transpose(-1, -2)).tril()  # (B, H, G, C, C), causal inside a chunk
     out = torch.matmul(scores, vc)  # (B, H, G, C, E)
     kv = torch.matmul(kc.transpose(-1, -2), vc)  # (B, H, G, M, E), one summary per chunk
@@ -115,13 +117,8 @@ def decayed_causal_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo
     positions = torch.arange(N, device=q.device, dtype=q.dtype)  # (N,)
     state = torch.exp(a * N) * past + (k * torch.exp(a * (N - 1 - positions)[:, None])).transpose(-1, -2) @ v
     C = min(chunk, N)
-    pad = (-N) % C
-    if pad:
-        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
-    G = (N + pad) // C
-    qc = q.reshape(B, H, G, C, M)  # (B, H, G, C, M)
-    kc = k.reshape(B, H, G, C, M)  # (B, H, G, C, M)
-    vc = v.reshape(B, H, G, C, E)  # (B, H, G, C, E)
+    qc, kc, vc = chunks(C, q, k, v)  # (B, H, G, C, M), (B, H, G, C, M), (B, H, G, C, E)
+    G = qc.shape[2]
     local = torch.arange(C, device=q.device, dtype=q.dtype)  # (C,)
     lags = local[:, None] - local[None, :]  # (C, C): i - j
     weights = torch.exp(a[..., None] * lags.clamp_min(0)) * (lags >= 0)  # (1, H, 1, C, C)
