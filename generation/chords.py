@@ -15,8 +15,9 @@ They map one to one onto REMI's chord qualities (chorder's: M, m, o, +, sus2, su
 A chord file holds either the same symbols, or POP909's annotation format: one `start end root:quality`
 line per chord (Harte's syntax, in seconds on the MIDI's clock, e.g. `C#:maj`, `Bb:min7`, `G:7/3`, `N`).
 The bars are those the REMI tokenizer finds in the song's MIDI (its meter policy included), timed by the
-file's tempo map; each bar takes the chord that covers most of it (N where none). A slash bass is dropped, and qualities beyond REMI's map to their
-nearest: maj6 to major, min6 and minmaj7 to minor, sus4(b7) to sus4, hdim7 to half-diminished.
+file's tempo map; each bar takes the chord that covers most of it (N where none). A slash bass is
+dropped, and qualities beyond REMI's map to their nearest: maj6 to major, min6 and minmaj7 to minor,
+sus4(b7) to sus4, hdim7 to half-diminished.
 
 `ChordSteer` narrows the grammar's allowed tokens of each sample: every new bar opens with Beat_0
 and the bar's chord token right after it, no other chord token is written inside a bar, and the
@@ -135,13 +136,18 @@ def annotation_bars(spans: Sequence[Span], downbeats: Sequence[float], end: floa
 def place_annotation(spans: Sequence[Span], midi: Any, tokenizer: BaseTokenizer) -> list[Chord]:
     """The annotation's chords in the bars the REMI `tokenizer` finds in `midi` (a path or MidiFile),
     timed by the file's tempo map."""
-    if "Beat_0" not in tokenizer.vocab or chord_token(None, None) not in tokenizer.vocab:
-        raise ValueError(f"chords need a REMI model with chord tokens; this one is {type(tokenizer).__name__}")
+    require_chord_tokens(tokenizer)
     song = load_midi(midi)  # a TokenizationError naming a missing or broken file
     tokenizer.encode(song)
     ticks = np.asarray(tokenizer.last_encode_stats.bar_ticks + [song.max_tick], dtype=np.int64)
     seconds = tick_to_seconds(song, ticks)
     return annotation_bars(spans, [float(t) for t in seconds[:-1]], float(seconds[-1]))
+
+
+def require_chord_tokens(tokenizer: BaseTokenizer) -> None:
+    """ValueError unless the tokenizer is REMI's, with Beat and chord tokens."""
+    if "Beat_0" not in tokenizer.vocab or chord_token(None, None) not in tokenizer.vocab:
+        raise ValueError(f"chords need a REMI model with chord tokens; this one is {type(tokenizer).__name__}")
 
 
 def chord_name(chord: Chord) -> str:
@@ -158,10 +164,8 @@ class ChordSteer:
     """The allowed-token mask of a sample narrowed so that its bars follow `chords` (module docstring)."""
 
     def __init__(self, tokenizer: BaseTokenizer, chords: Sequence[Chord], bars_from: int) -> None:
+        require_chord_tokens(tokenizer)
         vocab = tokenizer.vocab
-        if "Beat_0" not in vocab or chord_token(None, None) not in vocab:
-            raise ValueError(f"chords need a REMI model with chord tokens; this one is "
-                             f"{type(tokenizer).__name__}")
         self.chords = [vocab[chord_token(*chord) if chord else chord_token(None, None)] for chord in chords]
         self.bars_from = bars_from  # index of the token from which bars are counted (a Bar token)
         self.bar, self.beat0, self.eos = tokenizer.bar_id, vocab["Beat_0"], tokenizer.eos_id

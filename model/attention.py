@@ -84,12 +84,12 @@ class CausalLinearAttention(nn.Module):
         past = state.kv * torch.exp(state.offset - offset)  # (B, H, M, D + 1), rescaled to the new offset
         if self.log_decay is not None:
             out, kv = decayed_causal_product(phi_q, phi_k, values, self.log_decay, past)
-        elif N == 1:
-            kv = past + phi_k.transpose(-1, -2) @ values  # (B, H, M, D + 1)
-            out = phi_q @ kv  # (B, H, 1, D + 1)
         else:
             kv = past + phi_k.transpose(-1, -2) @ values  # (B, H, M, D + 1)
-            out = self.kernel(phi_q, phi_k, values) + phi_q @ past  # (B, H, N, D + 1)
+            if N == 1:
+                out = phi_q @ kv  # (B, H, 1, D + 1)
+            else:
+                out = self.kernel(phi_q, phi_k, values) + phi_q @ past  # (B, H, N, D + 1)
         y = out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)  # (B, H, N, D)
         y = y.transpose(1, 2).reshape(B, N, C)  # (B, N, d_model)
         return self.dropout(self.proj(y)), LayerState(kv=kv, offset=offset)
