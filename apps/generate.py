@@ -2,7 +2,7 @@
 
     spe-generate --checkpoint runs/pop_sine --out song.mid [--prompt intro.mid --prompt-bars 4 | all]
                  [--tokens 3072 | --bars 32] [--top-p 0.9 --temperature 1.2 --seed 0 --no-constraints]
-                 [--num-samples 4] [--no-audio] [--chords "C Am | F G7"]
+                 [--num-samples 4] [--no-audio] [--chords "C Am | F G7"] [--prompt song.mid --infill-bars 9-12]
 
 Writes song.mid, song.txt (one token per line), song.png (piano roll), song.wav and song.ogg (rendered
 offline with a General MIDI SoundFont, see generation/audio.py; --no-audio skips them). With --num-samples N
@@ -23,7 +23,8 @@ from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app,
                       threads_argument)
 from generation.audio import AudioConfig
 from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
-from generation.pieces import bar_stop, keep_bars, prompt_ids, start_ids, write_piece
+from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
+from generation.pieces import bar_stop, keep_bars, piece_ids, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator
 from model import resolve_device
 from tokenization import MIDI_SUFFIXES
@@ -39,9 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="song.mid",
                         help="output MIDI (.txt/.png/.wav written beside) (default: %(default)s)")
     parser.add_argument("--prompt", default=None, help="MIDI file whose first bars prompt the model")
-    parser.add_argument("--prompt-bars", type=bars_or_all, default=4,
-                        help="bars of --prompt to keep, or 'all' to continue after its end (default: "
-                             "%(default)s)")
+    parser.add_argument("--prompt-bars", type=bars_or_all, default=None,
+                        help=f"bars of --prompt to keep, or 'all' to continue after its end (default: "
+                             f"{PROMPT_BARS})")
+    parser.add_argument("--infill-bars", default=None, metavar="FIRST-LAST",
+                        help="rewrite these bars of --prompt (1-based, e.g. 9-12) so that they lead into the "
+                             "next, keeping every other bar; needs a fill-in-the-middle model (default: the "
+                             f"shipped {INFILL_MODEL})")
     parser.add_argument("--chords", default=None, metavar="PROGRESSION",
                         help='one chord per bar to follow, lead-sheet symbols: "C Am | F G7 | N" (roots A-G '
                              "with # or b; qualities '', m, dim, aug, sus2, sus4, 7, maj7, m7, dim7, m7b5; N: "
@@ -79,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 ALL = "all"  # --prompt-bars all: the whole prompt
+PROMPT_BARS = 4  # --prompt-bars when not given
 
 
 def bars_or_all(text: str) -> int | str:
@@ -120,6 +126,24 @@ def progression(args: argparse.Namespace) -> tuple[list | None, list | None]:
     return None, parse_annotation(text)
 
 
+def infill_span(args: argparse.Namespace) -> tuple[int, int] | None:
+    """The bar range of --infill-bars (None without it); its conflicts are checked before anything loads."""
+    if args.infill_bars is None:
+        return None
+    span = parse_bar_range(args.infill_bars)
+    if args.prompt is None:
+        raise ValueError("--infill-bars rewrites bars of a song: give it as --prompt")
+    if args.prompt_bars is not None:
+        raise ValueError("--infill-bars keeps the whole --prompt song; drop --prompt-bars")
+    if args.chords is not None or args.chords_file is not None:
+        raise ValueError("--infill-bars does not follow chords; drop --chords / --chords-file")
+    if args.bars is not None:
+        raise ValueError("--infill-bars writes exactly its range's bars; drop --bars")
+    if args.no_constraints:
+        raise ValueError("--infill-bars needs the grammar-constrained sampler: drop --no-constraints")
+    return span
+
+
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.suffix.lower() not in MIDI_SUFFIXES:
@@ -133,11 +157,16 @@ def run(args: argparse.Namespace) -> None:
     if args.soundfont is not None and not Path(args.soundfont).is_file():
         raise ValueError(f"soundfont not found: {args.soundfont}")
     chords, spans = progression(args)
+    span = infill_span(args)
     set_threads(args.threads)
     device = resolve_device(args.device)
-    ckpt = load_model(args.checkpoint, device)
+    ckpt = load_model(infill_checkpoint(args.checkpoint) if span else args.checkpoint, device)
     defaults = ckpt.config.generate
     tokenizer = ckpt.tokenizer
+    if span is not None and not has_infill(tokenizer):
+        given = args.checkpoint or "the default model"
+        raise ValueError(f"--infill-bars needs a fill-in-the-middle model; {given} has none (give "
+                         f"--checkpoint {INFILL_MODEL}, or fine-tune one with data.fim_rate)")
     if spans is not None:
         chords = place_annotation(spans, args.chords_midi or args.prompt, tokenizer)
     sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus,
@@ -145,8 +174,13 @@ def run(args: argparse.Namespace) -> None:
     budget = defaults.tokens if args.tokens is None else args.tokens
     seed = defaults.seed if args.seed is None else args.seed
 
-    if args.prompt is not None:
-        prompt = prompt_ids(tokenizer, args.prompt, None if args.prompt_bars == ALL else args.prompt_bars)
+    job = None
+    if span is not None:
+        job = InfillJob.of(tokenizer, piece_ids(tokenizer, args.prompt), span)
+        prompt, args.bars = job.prompt, job.bars
+    elif args.prompt is not None:
+        bars = PROMPT_BARS if args.prompt_bars is None else args.prompt_bars
+        prompt = prompt_ids(tokenizer, args.prompt, None if bars == ALL else bars)
     else:
         prompt = start_ids(tokenizer)
     bars_from = len(prompt) if args.prompt is not None else 0
@@ -157,6 +191,8 @@ def run(args: argparse.Namespace) -> None:
                              f"{prompt_bars}: nothing is left to follow")
         chords = chords[prompt_bars:]
     steer = None if chords is None else ChordSteer(tokenizer, chords, bars_from)
+    if job is not None:
+        steer = job.steer()
     if chords is not None and args.bars is None:
         args.bars = len(chords)
     stop = None if args.bars is None else bar_stop(tokenizer, bars_from, args.bars)
@@ -167,7 +203,9 @@ def run(args: argparse.Namespace) -> None:
     results = generate_batch(ckpt.model, tokenizer, prompt, budget, args.num_samples, sampling,
                              generator=seeded_generator(seed, device), progress=not args.no_progress,
                              stop=stop, steer=steer)
-    if args.bars is not None:
+    if job is not None:
+        results = [job.restore(result) for result in results]
+    elif args.bars is not None:
         results = [keep_bars(tokenizer, result, bars_from, args.bars) for result in results]
     audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)
     for path, result in zip(sample_paths(out, len(results)), results):

@@ -99,9 +99,9 @@ def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
     if dist_env.world > 1:
         dist_env.init(device)
     corpus = prepare_corpus(cfg.data, is_main=dist_env.rank == 0, barrier=dist_env.barrier)
-    if source is not None and resume_from is None:
-        finetune.check_vocabulary(source, corpus.tokenizer)
     trainer = Trainer(cfg, corpus, out, dist_env)
+    if source is not None and resume_from is None:
+        finetune.check_vocabulary(source, trainer.tokenizer)
     if resume_from is not None:
         trainer.resume(resume_from)
     elif source is not None:

@@ -2,7 +2,9 @@
 
 A training sample is a crop of ``crop_len + 1`` tokens that starts at a bar, randomly transposed, padded
 at the end: ``inputs = crop[:-1]``, ``targets = crop[1:]`` with -100 (ignored by the loss) where the
-target is padding. Every draw comes from a ``numpy.random.Generator`` seeded with
+target is padding. With ``fim_rate`` a drawn fraction of the crops is rearranged for fill in the middle
+(``remi.infill.fim_crop``), and the two markers placed at random positions (``Infill_Hole``,
+``Infill_Fill``) are never targets. Every draw comes from a ``numpy.random.Generator`` seeded with
 ``(seed, epoch, index)``, so a sample depends only on those three numbers: training resumes exactly,
 and any process (DataLoader worker, DistributedSampler rank) builds the same sample for an index.
 """
@@ -16,6 +18,7 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from model import IGNORE_INDEX
+from remi.infill import fim_crop, marker_ids
 from tokenization import BaseTokenizer
 
 
@@ -41,6 +44,7 @@ class CropDataset(Dataset):
         seed: int = 0,
         samples_per_piece: int = 1,
         max_bars: int | None = None,
+        fim_rate: float = 0.0,
     ):
         if not len(pieces):
             raise ValueError("CropDataset needs at least one piece")
@@ -53,6 +57,8 @@ class CropDataset(Dataset):
         self.seed = seed  # base seed of every draw
         self.samples_per_piece = samples_per_piece  # crops of each piece per epoch
         self.max_bars = max_bars  # crops end before this many bars (None: no limit)
+        self.fim_rate = fim_rate  # fraction of crops rearranged for fill in the middle (REMI with markers)
+        self.unscored = marker_ids(tokenizer)[:2] if fim_rate > 0 else ()  # markers that are never targets
         self.epoch = 0  # set by set_epoch; part of every draw's seed
         self.bar_starts = [self._starts(p) for p in self.pieces]  # per piece: sorted bar start indices
 
@@ -79,7 +85,12 @@ class CropDataset(Dataset):
         start = self.draw_start(piece_index, rng)
         crop = self.cut(piece, piece_index, start)
         crop = self.draw_transposition(crop, rng)
-        return pad_crop(crop, self.crop_len, self.tokenizer.pad_id)
+        if self.fim_rate > 0 and rng.random() < self.fim_rate:
+            crop = fim_crop(self.tokenizer, crop, rng)
+        inputs, targets = pad_crop(crop, self.crop_len, self.tokenizer.pad_id)
+        for marker in self.unscored:
+            targets[targets == marker] = IGNORE_INDEX
+        return inputs, targets
 
     def draw_start(self, piece_index: int, rng: np.random.Generator) -> int:
         """A bar start of the piece: one leaving a full crop, or the first one after them."""

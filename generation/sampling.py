@@ -360,7 +360,7 @@ def generate(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[i
 
 def _check_allowed(grammar: ConstraintState, token: int, tokenizer: BaseTokenizer, position: int) -> None:
     """ValueError when a prompt token breaks the grammar (the prompt is not a valid sequence)."""
-    if not bool(np.asarray(grammar.allowed())[token]):
+    if not grammar.accepts(int(token)):
         raise ValueError(f"the prompt breaks the tokenizer's grammar at position {position}: token "
                          f"{tokenizer.vocab.token(token)!r} is not allowed there")
 

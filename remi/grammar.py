@@ -9,7 +9,11 @@ A piece is ``Bar [TimeSig] (Beat [Tempo] [Chord] (Pitch Velocity Duration)*)* ..
 * a ``Pitch`` is followed by a ``Velocity`` then a ``Duration`` of at least one sub-beat
   (``Note_Duration_0`` is in the paper's vocabulary but would make a note MIDI cannot hold; our
   encoder never writes it, and the decoder skips it as an invalid event);
-* after ``EOS`` only ``PAD``.
+* after ``EOS`` only ``PAD``;
+* fill in the middle (``remi.infill``): ``prefix Infill_Hole suffix Infill_Fill middle [Infill_End]``. The
+  suffix and the middle each start with a ``Bar``; the suffix is read in the meter at the hole, and the
+  middle restarts the bar clock there. ``allowed()`` never offers these markers: they come from the
+  prompt, and the sampler writes only music.
 
 :class:`REMIConstraintState` tracks this incrementally (the ``tokenization.ConstraintState`` contract:
 ``allowed()`` / ``accepts(id)`` / ``advance(id)`` / ``next_bar_time()``);
@@ -18,7 +22,7 @@ the decoder runs the same state machine, so a sequence the grammar accepts decod
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from fractions import Fraction
 
@@ -41,6 +45,9 @@ class Kind(IntEnum):
     PITCH = 7
     VELOCITY = 8
     DURATION = 9
+    HOLE = 10
+    FILL = 11
+    FILL_END = 12
 
 
 PREFIXES = {  # token-string prefix -> kind (longest match first is unnecessary: prefixes are disjoint)
@@ -54,6 +61,9 @@ PREFIXES = {  # token-string prefix -> kind (longest match first is unnecessary:
     "Note_Pitch_": Kind.PITCH,
     "Note_Velocity_": Kind.VELOCITY,
     "Note_Duration_": Kind.DURATION,
+    "Infill_Hole": Kind.HOLE,
+    "Infill_Fill": Kind.FILL,
+    "Infill_End": Kind.FILL_END,
 }
 
 
@@ -133,12 +143,16 @@ class REMIConstraintState(ConstraintState):
         self.tempo_done = False  # this position already has its Tempo
         self.chord_done = False  # this position already has its Chord
         self.has_note = False  # this position already has a complete note
+        self.hole_clock: BarClock | None = None  # the bar clock at Infill_Hole (None: no hole yet)
+        self.filling = False  # after Infill_Fill: the middle is being written
 
     def accepts(self, token_id: int) -> bool:
         """Whether ``token_id`` may come next."""
         if not 0 <= token_id < self.table.size:
             return False
         kind, value, phase = self.table.kind_list[token_id], self.table.value_list[token_id], self.phase
+        if kind >= Kind.HOLE:
+            return self._accepts_infill(kind)
         if phase == Phase.START:
             return kind == Kind.BAR
         if phase in (Phase.BAR, Phase.TIMESIG, Phase.POSITION):
@@ -162,6 +176,15 @@ class REMIConstraintState(ConstraintState):
         if phase == Phase.VELOCITY:
             return kind == Kind.DURATION and value > 0
         return kind == Kind.PAD
+
+    def _accepts_infill(self, kind: int) -> bool:
+        """Infill_Hole once, at a bar line; Infill_Fill after the suffix; Infill_End after the middle."""
+        at_bar_line = self.phase in (Phase.START, Phase.BAR, Phase.TIMESIG, Phase.POSITION)
+        if kind == Kind.HOLE:
+            return at_bar_line and self.hole_clock is None
+        if kind == Kind.FILL:
+            return at_bar_line and self.hole_clock is not None and not self.filling
+        return self.filling and self.phase != Phase.START and at_bar_line
 
     def allowed(self) -> np.ndarray:
         """``(vocab_size,)`` bool: the tokens that keep the sequence valid now."""
@@ -223,5 +246,11 @@ class REMIConstraintState(ConstraintState):
             self.phase = Phase.VELOCITY
         elif kind == Kind.DURATION:
             self.phase, self.has_note = Phase.POSITION, True
-        elif kind == Kind.EOS:
+        elif kind in (Kind.EOS, Kind.FILL_END):
             self.phase = Phase.END
+        elif kind == Kind.HOLE:
+            self.hole_clock = replace(self.clock)
+            self.phase, self.beat = Phase.START, -1
+        elif kind == Kind.FILL:
+            self.clock, self.filling = replace(self.hole_clock), True
+            self.phase, self.beat = Phase.START, -1

@@ -36,11 +36,13 @@ from miditoolkit import Instrument, Marker, Note, TempoChange, TimeSignature
 
 from remi.chords import beat_chords
 from remi.grammar import Kind, Phase, REMIConstraintState, REMITokenTable
+from remi.infill import restore_order
 from remi.meter import decide_meter
 from remi.vocab import (
     CHORD_ROOTS,
     DEFAULT_BPM,
     DEFAULT_METER,
+    INFILL_TOKENS,
     MAX_DURATION,
     METERS,
     PITCH_RANGE,
@@ -90,9 +92,10 @@ class EncodeStats:
 class REMITokenizer(BaseTokenizer, token_format="remi"):
     """REMI events for (pop) piano: Bar, Beat, Tempo, Chord, Note triples; optional TimeSig."""
 
-    def __init__(self, time_signatures: bool = True, keep_leading_silence: bool = False):
+    def __init__(self, time_signatures: bool = True, keep_leading_silence: bool = False, infill: bool = False):
         self.time_signatures = time_signatures  # write TimeSig tokens and follow the meter policy
         self.keep_leading_silence = keep_leading_silence  # start at the file's first bar, not the first note's
+        self.infill = infill  # add the fill-in-the-middle markers (remi.infill) at the end of the vocabulary
         super().__init__()
         self.table = REMITokenTable(self.vocab)  # per-id kind/value, for the grammar and the decoder
         self.bar_id = self.vocab["Bar_None"]
@@ -100,10 +103,16 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
         self._transpose_tables: dict[int, np.ndarray] = {}  # semitones -> id lookup (-1: out of range)
 
     def _build_vocab_tokens(self) -> list[str]:
-        return build_tokens(self.time_signatures)
+        return build_tokens(self.time_signatures, self.infill)
 
     def config(self) -> dict[str, Any]:
-        return {"time_signatures": self.time_signatures, "keep_leading_silence": self.keep_leading_silence}
+        """Constructor arguments; ``infill`` only when set, so plain vocabularies keep their saved form."""
+        config = {"time_signatures": self.time_signatures, "keep_leading_silence": self.keep_leading_silence}
+        return {**config, "infill": True} if self.infill else config
+
+    def with_infill(self) -> REMITokenizer:
+        """The same tokenizer with the fill-in-the-middle markers appended (every other id unchanged)."""
+        return REMITokenizer(**{**self.config(), "infill": True})
 
     @property
     def start_id(self) -> int:
@@ -304,6 +313,7 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
         return REMIConstraintState(self.table)
 
     def _decode_tokens(self, tokens: list[str]) -> tuple[miditoolkit.MidiFile, int]:
+        tokens = restore_order(tokens, *INFILL_TOKENS)  # a fill-in-the-middle sequence: back in time order
         state = self.constraint_state()
         kinds, values = self.table.kind_list, self.table.value_list
         notes: list[Note] = []

@@ -7,8 +7,10 @@ Grid: 480 ticks per beat (quarter note), 4 sub-beats (16th notes, 120 ticks) per
 * ``Chord_<root>_<quality>`` (12 roots x 11 qualities) and ``Chord_N_N`` (no chord);
 * ``Note_Pitch_22`` .. ``Note_Pitch_107``, ``Note_Velocity_40`` .. ``Note_Velocity_86`` (steps of 2),
   ``Note_Duration_0`` .. ``Note_Duration_1920`` (ticks, steps of 120: 0..16 sub-beats);
-* with ``time_signatures=True`` also ``TimeSig_<n>/<d>`` for the meters of :data:`METERS`, placed last so
-  that every other token has the same id with and without the extension.
+* with ``time_signatures=True`` also ``TimeSig_<n>/<d>`` for the meters of :data:`METERS`, placed after
+  the others so that every other token has the same id with and without the extension;
+* with ``infill=True`` also the fill-in-the-middle markers :data:`INFILL_TOKENS` (``remi.infill``),
+  placed last for the same reason: a model fine-tuned with them keeps every other embedding row.
 
 Meters. A bar holds at most 16 sub-beats, so a longer meter (5/4, 12/8, 3/2 ...) is written as
 consecutive ``Bar`` parts: its ``n`` beat units are cut into ``ceil(length / 16)`` parts as equal as
@@ -36,6 +38,7 @@ DEFAULT_BPM = 120.0  # MIDI's tempo when a file sets none
 CHORD_ROOTS = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 CHORD_QUALITIES = ("M", "m", "o", "+", "sus2", "sus4", "7", "M7", "m7", "o7", "/o7")
 NO_CHORD = "N_N"
+INFILL_TOKENS = ("Infill_Hole", "Infill_Fill", "Infill_End")  # where the middle was, where it starts, its end
 
 METERS: tuple[tuple[int, int], ...] = (
     ((2, 2), (3, 2), (4, 2)) + tuple((n, 4) for n in range(1, 9)) + tuple((n, 8) for n in range(1, 13))
@@ -76,7 +79,7 @@ def chord_token(root: int | None, quality: str | None) -> str:
     return f"Chord_{CHORD_ROOTS[root]}_{quality}"
 
 
-def build_tokens(time_signatures: bool) -> list[str]:
+def build_tokens(time_signatures: bool, infill: bool = False) -> list[str]:
     """The format's tokens in id order (the base class puts PAD_None and EOS_None first)."""
     tokens = ["Bar_None"]
     tokens += [f"Beat_{i}" for i in range(MAX_BAR_SUB_BEATS)]
@@ -87,6 +90,8 @@ def build_tokens(time_signatures: bool) -> list[str]:
     tokens += [f"Note_Duration_{d * TICKS_PER_SUB_BEAT}" for d in range(MAX_DURATION + 1)]
     if time_signatures:
         tokens += [meter_token(m) for m in METERS]
+    if infill:
+        tokens += list(INFILL_TOKENS)
     return tokens
 
 

@@ -193,11 +193,23 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
                       meta=meta, path=folder)
 
 
-def load_weights(path: str | Path, model: torch.nn.Module) -> None:
-    """Load model.safetensors into `model`; a clear ValueError if names or shapes differ."""
+VOCAB_ROWS = ("embedding.weight", "head.weight")  # weights with one row per token id
+
+
+def load_weights(path: str | Path, model: torch.nn.Module, grow_vocab: bool = False) -> None:
+    """Load model.safetensors into `model`; a clear ValueError if names or shapes differ. With
+    `grow_vocab`, the per-token weights may have fewer rows than the model's (tokens appended to the
+    vocabulary): the new rows start as the mean of the saved ones."""
     folder = resolve_checkpoint(path)
     weights = _read_tensors(folder / "model.safetensors")
     expected = model.state_dict()
+    if grow_vocab:
+        for name in VOCAB_ROWS:
+            saved, wanted = weights.get(name), expected.get(name)
+            if saved is not None and wanted is not None and saved.shape[1:] == wanted.shape[1:] \
+                    and saved.shape[0] < wanted.shape[0]:
+                extra = saved.mean(dim=0, keepdim=True).expand(wanted.shape[0] - saved.shape[0], -1)
+                weights[name] = torch.cat([saved, extra])  # (V_new, d_model)
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
     reshaped = [f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()

@@ -55,6 +55,7 @@ class DataConfig:
     transpose: int = 6  # random transposition range -transpose..+transpose semitones (0: off)
     time_signatures: bool = True  # remi: emit TimeSig tokens where the meter changes
     max_pieces: Optional[int] = None  # default: use at most this many chorales; trio: pieces generated
+    fim_rate: float = 0.0  # remi: fraction of training crops rearranged for fill in the middle (0: off)
 
     def validate(self) -> None:
         _choice("data.kind", self.kind, CORPUS_KINDS)
@@ -63,6 +64,10 @@ class DataConfig:
         _at_least("data.crop_len", self.crop_len, 2)
         _at_least("data.transpose", self.transpose, 0)
         _at_least("data.samples_per_piece", self.samples_per_piece, 1)
+        if not 0.0 <= self.fim_rate <= 1.0:
+            raise ValueError(f"data.fim_rate must be in [0, 1], got {self.fim_rate}")
+        if self.fim_rate > 0 and self.format != "remi":
+            raise ValueError(f"data.fim_rate needs data.format=remi (fill in the middle), got {self.format}")
         for name in ("max_bars", "max_pieces"):
             if getattr(self, name) is not None:
                 _at_least(f"data.{name}", getattr(self, name), 1)

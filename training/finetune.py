@@ -13,7 +13,8 @@ only the weights come from the source. Its config:
   then the --set overrides. Setting data.kind or data.source without data.root builds the corpus in
   corpus/<kind>_<source folder name> (not in the source's corpus folder);
 * the corpus must use exactly the source's vocabulary (checked token by token, with a one-line error
-  naming the tokens that differ).
+  naming the tokens that differ). One extension is allowed: with data.fim_rate > 0 the fill-in-the-middle
+  markers are appended (remi.infill); their embedding and output rows start as the mean of the others.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from training.checkpoint import (PRETRAINED, load_weights, read_meta, resolve_ch
                                  shipped_model)
 from training.config import RunConfig, apply_overrides, load_config
 from model import MusicPerformer
+from remi.vocab import INFILL_TOKENS
 from tokenization import BaseTokenizer
 
 logger = logging.getLogger(__name__)
@@ -108,7 +110,7 @@ def check_vocabulary(source: InitSource, tokenizer: BaseTokenizer) -> None:
     not exactly the source model's."""
     saved = source.meta["tokenizer"]
     model_tokens, corpus_tokens = list(saved["vocab"]), list(tokenizer.vocab.tokens)
-    if model_tokens == corpus_tokens:
+    if model_tokens == corpus_tokens or appends_infill(model_tokens, corpus_tokens):
         return
     corpus_set, model_set = set(corpus_tokens), set(model_tokens)
     only_model = [t for t in model_tokens if t not in corpus_set]
@@ -124,6 +126,11 @@ def check_vocabulary(source: InitSource, tokenizer: BaseTokenizer) -> None:
         + " (build the corpus with the model's tokenizer settings, e.g. data.format, data.time_signatures)")
 
 
+def appends_infill(model_tokens: Sequence[str], tokens: Sequence[str]) -> bool:
+    """Whether ``tokens`` are the model's followed by the fill-in-the-middle markers."""
+    return list(tokens) == list(model_tokens) + list(INFILL_TOKENS)
+
+
 def few(tokens: Sequence[str], limit: int = 5) -> str:
     shown = ", ".join(tokens[:limit])
     return shown + (f", ... +{len(tokens) - limit} more" if len(tokens) > limit else "")
@@ -131,7 +138,7 @@ def few(tokens: Sequence[str], limit: int = 5) -> str:
 
 def init_weights(model: torch.nn.Module, source: InitSource, out: Path, write_record: bool) -> None:
     """Load the source weights into `model`; rank 0 records the source in out/init_from.json."""
-    load_weights(source.path, model)
+    load_weights(source.path, model, grow_vocab=True)
     logger.info("initialised from %s (step %s of its run); fresh optimizer and schedule", source.path,
                 source.meta.get("step"))
     if write_record:

@@ -118,14 +118,14 @@ class Trainer:
             logger.info("CPU allocator: freed memory kept for reuse (train.cpu_allocator=reuse)")
         self.bf16 = cfg.train.precision == "bf16" or (cfg.train.precision == "auto"
                                                       and self.device.type == "cuda")
-        self.tokenizer = corpus.tokenizer
+        self.tokenizer = corpus.tokenizer.with_infill() if cfg.data.fim_rate > 0 else corpus.tokenizer
         train_pieces, valid_pieces = corpus.pieces("train"), corpus.pieces("valid")
         if not train_pieces:
             raise ValueError(f"corpus {cfg.data.root} has no training pieces")
         d = cfg.data
         train_set = CropDataset(train_pieces, self.tokenizer, crop_len=d.crop_len, transpose=d.transpose,
                                 seed=cfg.train.seed, samples_per_piece=d.samples_per_piece,
-                                max_bars=d.max_bars)
+                                max_bars=d.max_bars, fim_rate=d.fim_rate)
         self.valid_set = ValidationSet(valid_pieces, self.tokenizer, crop_len=d.crop_len, max_len=d.crop_len,
                                        seed=cfg.train.seed).crops  # fixed, untransposed crops
         self.stream = BatchStream(train_set, cfg.train.batch_size, cfg.train.seed, dist_env,

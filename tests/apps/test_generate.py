@@ -124,6 +124,22 @@ def test_a_pop909_chord_annotation_is_followed_after_the_prompts_bars(remi, chor
         ["Chord_C_M", "Chord_A_m", "Chord_F_M", "Chord_G_7", "Chord_N_N", "Chord_D_m7"]
 
 
+def test_infill_rewrites_only_its_bars(remi, chorale_midi, tmp_path):
+    fim = remi.with_infill()
+    run = save_tiny(tmp_path / "fim_run", fim, max_len=4096)
+    out = tmp_path / "infilled.mid"
+    assert main(["--checkpoint", str(run), "--out", str(out), "--prompt", str(chorale_midi), "--infill-bars",
+                 "2-3", "--tokens", "5000", "--seed", "2", "--no-audio", "--no-progress"]) == 0
+    song = fim.tokens_to_strings(fim.encode(chorale_midi))
+    written = read_tokens(out.with_suffix(".txt"))
+    starts = fim.bar_starts(fim.strings_to_ids(song))
+    assert written[:starts[1]] == song[:starts[1]]
+    tail = song[starts[3]:]
+    assert written[-len(tail):] == tail and written[:-len(tail)] != song[:starts[3]]
+    assert len(fim.bar_starts(fim.strings_to_ids(written))) == len(starts)
+    assert not any(token.startswith("Infill_") for token in written)
+
+
 def test_bars_limit_the_new_bars(remi, chorale_midi, tmp_path):
     run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")  # a model that only writes bar lines
     out = tmp_path / "bars.mid"
@@ -188,7 +204,9 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
                                   "nan_top_p", "bad_prompt_bars", "bad_chord", "chords_of_groove",
                                   "chords_unconstrained", "chords_twice", "missing_chords_file",
                                   "prompt_bars_beyond_song", "annotation_without_midi", "chords_midi_alone",
-                                  "bad_chord_label"])
+                                  "bad_chord_label", "infill_without_prompt", "infill_with_prompt_bars",
+                                  "infill_beyond_song", "infill_of_a_plain_model", "bad_infill_range",
+                                  "infill_with_chords"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chorale_midi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -245,6 +263,14 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
             args += ["--chords-midi", str(chorale_midi)]
     elif case == "chords_midi_alone":
         args += ["--chords-midi", str(chorale_midi)]
+    elif case.startswith("infill") or case == "bad_infill_range":
+        if case != "infill_of_a_plain_model":
+            args[1] = str(save_tiny(tmp_path / "fim_run", remi.with_infill(), max_len=4096))
+        args += ["--infill-bars", {"infill_beyond_song": "3-500", "bad_infill_range": "4-2"}.get(case, "3-4")]
+        if case != "infill_without_prompt":
+            args += ["--prompt", str(chorale_midi)]
+        args += {"infill_with_prompt_bars": ["--prompt-bars", "4"], "infill_with_chords": ["--chords", "C G"]
+                 }.get(case, [])
     assert exit_status(main, args) != 0
     message = assert_one_error_line(capsys)
     if case == "too_long":
@@ -257,7 +283,10 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
                 "chords_unconstrained": "--no-constraints", "chords_twice": "not both",
                 "missing_chords_file": "chords file not found", "prompt_bars_beyond_song": "fewer than the 500",
                 "annotation_without_midi": "--chords-midi", "chords_midi_alone": "--chords-file",
-                "bad_chord_label": "bad chord label 'C:maj13'"}
+                "bad_chord_label": "bad chord label 'C:maj13'", "infill_without_prompt": "--prompt",
+                "infill_with_prompt_bars": "drop --prompt-bars", "infill_beyond_song": "the song has",
+                "infill_of_a_plain_model": "fill-in-the-middle model", "bad_infill_range": "bar range",
+                "infill_with_chords": "does not follow chords"}
     assert expected.get(case, "") in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message

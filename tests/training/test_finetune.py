@@ -127,3 +127,22 @@ def test_shape_free_overrides_pass_and_the_run_is_named_after_the_source():
     assert cfg.data.root == f"corpus/{source.config.data.kind}_songs"  # not the source's corpus folder
     with pytest.raises(ValueError, match=f"model.n_layer=2 .source: {source.config.model.n_layer}."):
         finetune_config(source, None, ["model.n_layer=2"])
+
+
+def test_fill_in_the_middle_appends_the_markers_to_the_shipped_vocabulary(midi_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "fim"
+    assert train.main(finetune_args(midi_dir, out, "--set", "data.fim_rate=0.5")) == 0
+    meta = read_meta(list_checkpoints(out)[-1])
+    source = read_meta(PRETRAINED)
+    assert meta["tokenizer"]["vocab"] == source["tokenizer"]["vocab"] + ["Infill_Hole", "Infill_Fill", "Infill_End"]
+    assert meta["tokenizer"]["config"]["infill"] is True
+    tuned = load_checkpoint(out).model.state_dict()
+    shipped = load_checkpoint(PRETRAINED).model.state_dict()
+    rows = shipped["embedding.weight"].shape[0]
+    for name in ("embedding.weight", "head.weight"):
+        assert tuned[name].shape[0] == rows + 3
+        assert np.allclose(tuned[name][:rows].numpy(), shipped[name].numpy(), atol=1e-3)
+    # the new embedding rows started at the mean row (two steps of lr 1e-5 move them little)
+    assert np.allclose(tuned["embedding.weight"][rows:].numpy(),
+                       shipped["embedding.weight"].mean(0).expand(3, -1).numpy(), atol=1e-3)

@@ -1,0 +1,129 @@
+"""Infill: rewrite a range of bars of a song so that they lead into the bars after them.
+
+The song is rearranged for fill in the middle (``remi.infill``): the model reads the bars before the
+range, ``Infill_Hole``, the bars after it and ``Infill_Fill``, then writes as many bars as the range
+holds. Every other bar is kept token for token, and the result is put back in time order.
+
+    spans = parse_bar_range("9-12")                       # 1-based, inclusive
+    job = InfillJob.of(tokenizer, song_ids, spans)
+    results = generate_batch(model, tokenizer, job.prompt, budget, n, sampling,
+                             stop=bar_stop(tokenizer, len(job.prompt), job.bars), steer=job.steer())
+    pieces = [job.restore(result) for result in results]
+
+The model must know the markers: a checkpoint fine-tuned with ``data.fim_rate > 0``.
+:func:`infill_checkpoint` picks the shipped one when the default model lacks them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from generation.pieces import count_bars
+from generation.sampling import GenerationResult
+from remi.infill import Arrangement, arrange, marker_ids
+from remi.vocab import INFILL_TOKENS
+from tokenization import BaseTokenizer
+from training.checkpoint import shipped_model
+
+logger = logging.getLogger(__name__)
+
+INFILL_MODEL = "pop909_infill"  # the shipped fill-in-the-middle model, used when the default has no markers
+
+
+def parse_bar_range(text: str) -> tuple[int, int]:
+    """``"9-12"`` -> (9, 12); ``"9"`` -> (9, 9): 1-based bar numbers, first <= last (ValueError otherwise)."""
+    first, dash, last = text.strip().partition("-")
+    try:
+        span = (int(first), int(last) if dash else int(first))
+    except ValueError:
+        raise ValueError(f"expected a bar range like 9-12 (1-based, inclusive), got {text!r}") from None
+    if span[0] < 1 or span[1] < span[0]:
+        raise ValueError(f"expected a bar range like 9-12 (first >= 1, last >= first), got {text!r}")
+    return span
+
+
+def has_infill(tokenizer: BaseTokenizer) -> bool:
+    """Whether the vocabulary holds the fill-in-the-middle markers."""
+    return all(token in tokenizer.vocab for token in INFILL_TOKENS)
+
+
+def infill_checkpoint(given: str | None) -> str | Path | None:
+    """The checkpoint --infill-bars loads: the one given, else the shipped infill model when present
+    (else None: the default model)."""
+    if given is not None:
+        return given
+    return shipped_model(INFILL_MODEL)
+
+
+@dataclass
+class InfillJob:
+    """One song, the bars to rewrite, and the prompt that rewrites them."""
+
+    tokenizer: BaseTokenizer  # with the markers
+    parts: Arrangement  # the song cut around the range
+    first: int  # first bar to rewrite (1-based)
+    bars: int  # bars to rewrite
+
+    @classmethod
+    def of(cls, tokenizer: BaseTokenizer, ids: Sequence[int], span: tuple[int, int]) -> InfillJob:
+        """ValueError when the tokenizer has no markers or the range is not all in the song."""
+        marker_ids(tokenizer)
+        have = len(tokenizer.bar_starts(list(ids)))
+        if span[1] > have:
+            raise ValueError(f"--infill-bars {span[0]}-{span[1]}: the song has {have} bars")
+        parts = arrange(tokenizer, ids, span[0] - 1, span[1] - span[0] + 1)
+        return cls(tokenizer, parts, span[0], span[1] - span[0] + 1)
+
+    @property
+    def prompt(self) -> list[int]:
+        """What the model reads before writing the bars: prefix, hole, suffix, fill."""
+        return self.parts.prompt(self.tokenizer)
+
+    def steer(self) -> BarsWithNotes:
+        return BarsWithNotes(self.tokenizer, len(self.prompt), self.bars)
+
+    def restore(self, result: GenerationResult) -> GenerationResult:
+        """The song in time order with the new bars in the range (prompt_len: the bars before it)."""
+        start = len(self.prompt)
+        bar_lines = count_bars(self.tokenizer, result.tokens, start)
+        end = bar_lines[self.bars] if len(bar_lines) > self.bars else len(result.tokens)
+        if len(bar_lines) < self.bars:
+            logger.warning("the token budget ran out after %d of the %d bars to rewrite (raise --tokens)",
+                           len(bar_lines), self.bars)
+        middle = [t for t in result.tokens[start:end] if t not in marker_ids(self.tokenizer)
+                  and t != self.tokenizer.eos_id]
+        tokens = self.parts.prefix + middle + self.parts.suffix + [self.tokenizer.eos_id]
+        return GenerationResult(tokens=tokens, prompt_len=len(self.parts.prefix), stopped_at_eos=False,
+                                seconds=result.seconds, noise_length=result.noise_length)
+
+    def middle(self, restored: GenerationResult) -> list[int]:
+        """The rewritten bars of a restored result."""
+        return restored.tokens[len(self.parts.prefix):len(restored.tokens) - len(self.parts.suffix) - 1]
+
+
+class BarsWithNotes:
+    """A steer for the bars being written: no end of piece before `bars` bars, no bar line before the
+    current bar has a note (so every rewritten bar has notes), and no meter change (the bars after the
+    range are in the meter at its start)."""
+
+    def __init__(self, tokenizer: BaseTokenizer, start: int, bars: int) -> None:
+        self.start, self.bars = start, bars  # index of the first written token; bars to write
+        self.bar = tokenizer.bar_id
+        self.closing = [tokenizer.eos_id, marker_ids(tokenizer)[2], *tokenizer.vocab.by_type("TimeSig")]
+        self.pitches = np.asarray(tokenizer.vocab.by_type("Note_Pitch"), dtype=np.int64)
+
+    def __call__(self, tokens: Sequence[int], allowed: np.ndarray) -> np.ndarray:
+        tail = np.asarray(tokens[self.start:], dtype=np.int64)
+        starts = np.flatnonzero(tail == self.bar)
+        if len(starts) > self.bars:
+            return allowed
+        narrowed = allowed.copy()
+        narrowed[self.closing] = False
+        if len(starts) and not np.isin(tail[starts[-1]:], self.pitches).any():
+            narrowed[self.bar] = False
+        return narrowed if narrowed.any() else allowed

@@ -1,0 +1,121 @@
+"""Fill in the middle (FIM) for REMI: rewrite some bars of a piece knowing the bars that follow them.
+
+A left-to-right model cannot see what comes after the bars it writes. Rearranged as
+
+    prefix  Infill_Hole  suffix  Infill_Fill  middle  Infill_End
+
+a piece puts the bars to rewrite (the middle) last, after the bars that follow them (the suffix): a causal
+model then writes the middle having read both sides. This is the prefix-suffix-middle order of Bavarian
+et al. (2022), "Efficient training of language models to fill in the middle", with spans of whole bars.
+
+* :func:`arrange` cuts a piece's ids at bar lines into that order (the generation prompt is everything
+  up to ``Infill_Fill``);
+* :func:`fim_crop` rearranges a training crop around a random span of bars, keeping its length;
+* :func:`restore_order` puts a rearranged sequence back in time order (the decoder calls it).
+
+The suffix is read in the meter in force at the hole (``remi.grammar``); a span across which the meter
+changes is refused by :func:`arrange` and skipped by :func:`fim_crop`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence, TypeVar
+
+import numpy as np
+
+from remi.vocab import INFILL_TOKENS
+
+if TYPE_CHECKING:
+    from remi.tokenizer import REMITokenizer
+
+T = TypeVar("T")
+
+MAX_SPAN_BARS = 8  # longest middle fim_crop draws, in bars
+MARKERS_PER_CROP = 3  # Infill_Hole, Infill_Fill and Infill_End: the tokens a rearranged crop adds
+
+
+@dataclass
+class Arrangement:
+    """A piece cut for fill in the middle (ids; no markers in the three parts)."""
+
+    prefix: list[int]  # the bars before the span
+    middle: list[int]  # the span's bars (to rewrite)
+    suffix: list[int]  # the bars after the span, without the end token
+
+    def prompt(self, tokenizer: REMITokenizer) -> list[int]:
+        """``prefix Infill_Hole suffix Infill_Fill``: what a model reads before writing the middle."""
+        hole, fill, _ = marker_ids(tokenizer)
+        return self.prefix + [hole] + self.suffix + [fill]
+
+    def sequence(self, tokenizer: REMITokenizer) -> list[int]:
+        """The whole rearranged sequence, ``Infill_End`` included (a training sample)."""
+        return self.prompt(tokenizer) + self.middle + [marker_ids(tokenizer)[2]]
+
+
+def marker_ids(tokenizer: REMITokenizer) -> tuple[int, int, int]:
+    """Ids of Infill_Hole, Infill_Fill and Infill_End; ValueError when the vocabulary lacks them."""
+    if not all(token in tokenizer.vocab for token in INFILL_TOKENS):
+        raise ValueError("this vocabulary has no fill-in-the-middle tokens (a model fine-tuned with "
+                         "data.fim_rate > 0 has them)")
+    hole, fill, end = (tokenizer.vocab[token] for token in INFILL_TOKENS)
+    return hole, fill, end
+
+
+def arrange(tokenizer: REMITokenizer, ids: Sequence[int], first_bar: int, bars: int) -> Arrangement:
+    """Cut ``ids`` around bars ``first_bar .. first_bar + bars - 1`` (0-based; ValueError when the piece
+    has fewer bars, or when the meter changes inside the span)."""
+    ids = [int(i) for i in ids]
+    starts = tokenizer.bar_starts(ids)
+    if first_bar < 0 or bars < 1 or first_bar + bars > len(starts):
+        raise ValueError(f"bars {first_bar + 1}-{first_bar + bars} are not all in the piece, which has "
+                         f"{len(starts)} bars")
+    begin = starts[first_bar]
+    end = starts[first_bar + bars] if first_bar + bars < len(starts) else len(ids)
+    if meter_at(tokenizer, ids, begin) != meter_at(tokenizer, ids, end):
+        raise ValueError(f"the meter changes inside bars {first_bar + 1}-{first_bar + bars}: fill in the "
+                         "middle needs one meter across the span")
+    suffix = [i for i in ids[end:] if i not in (tokenizer.eos_id, tokenizer.pad_id)]
+    return Arrangement(prefix=ids[:begin], middle=ids[begin:end], suffix=suffix)
+
+
+def meter_at(tokenizer: REMITokenizer, ids: Sequence[int], index: int) -> tuple[int, int]:
+    """The meter in force at ``ids[index]`` (the grammar's bar clock after the tokens before it)."""
+    state = tokenizer.constraint_state()
+    for token in ids[:index]:
+        if state.accepts(int(token)):
+            state.advance(int(token))
+    return state.clock.meter
+
+
+def fim_crop(tokenizer: REMITokenizer, crop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``crop`` rearranged around a random span of 1 .. MAX_SPAN_BARS whole bars, cut to the crop's
+    length by trimming the end of the suffix; the crop itself when it has no such span."""
+    starts = tokenizer.bar_starts(crop.tolist())
+    complete = len(starts) - 1  # bars that end inside the crop (the last one may be cut)
+    if complete < 1:
+        return crop
+    bars = int(rng.integers(1, min(MAX_SPAN_BARS, complete) + 1))
+    first = int(rng.integers(0, complete - bars + 1))
+    try:
+        parts = arrange(tokenizer, crop, first, bars)
+    except ValueError:  # a meter change inside the span
+        return crop
+    keep = len(parts.suffix) - MARKERS_PER_CROP
+    if keep < 1:
+        return crop
+    parts.suffix = parts.suffix[:keep]
+    return np.asarray(parts.sequence(tokenizer)[:len(crop)], dtype=np.int64)
+
+
+def restore_order(tokens: Sequence[T], hole: T, fill: T, end: T) -> list[T]:
+    """A rearranged sequence back in time order: prefix, middle, suffix (unchanged without a hole;
+    whatever follows ``end`` is dropped)."""
+    tokens = list(tokens)
+    if hole not in tokens:
+        return tokens
+    at_hole = tokens.index(hole)
+    at_fill = tokens.index(fill, at_hole) if fill in tokens[at_hole:] else len(tokens)
+    at_end = tokens.index(end, at_fill) if end in tokens[at_fill:] else len(tokens)
+    prefix, suffix, middle = tokens[:at_hole], tokens[at_hole + 1:at_fill], tokens[at_fill + 1:at_end]
+    return prefix + middle + suffix

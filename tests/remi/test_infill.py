@@ -1,0 +1,99 @@
+"""Fill in the middle for REMI: the markers, the rearranged order, its grammar and the training crops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from data.crops import CropDataset
+from remi import REMITokenizer
+from remi.infill import MARKERS_PER_CROP, arrange, fim_crop, marker_ids, restore_order
+from tokenization import BaseTokenizer
+
+
+@pytest.fixture(scope="module")
+def fim():
+    return REMITokenizer().with_infill()
+
+
+@pytest.fixture(scope="module")
+def song(fim, chorale_midi) -> list[int]:
+    return [i for i in fim.encode(chorale_midi) if i != fim.eos_id]
+
+
+def test_markers_come_last_and_keep_every_other_id(fim):
+    plain = REMITokenizer()
+    assert fim.vocab.tokens == plain.vocab.tokens + ["Infill_Hole", "Infill_Fill", "Infill_End"]
+    assert "infill" not in plain.config() and fim.config()["infill"] is True
+    rebuilt = BaseTokenizer.from_dict(fim.to_dict())
+    assert rebuilt.vocab.tokens == fim.vocab.tokens
+    with pytest.raises(ValueError, match="no fill-in-the-middle tokens"):
+        marker_ids(plain)
+
+
+def test_arranged_song_is_grammatical_and_restores_to_the_song(fim, song):
+    parts = arrange(fim, song, 2, 3)
+    starts = fim.bar_starts(song)
+    assert parts.prefix == song[:starts[2]] and parts.middle == song[starts[2]:starts[5]]
+    assert parts.suffix == song[starts[5]:]
+    sequence = parts.sequence(fim)
+    state = fim.constraint_state()
+    for token in sequence:
+        assert state.accepts(token), fim.vocab.token(token)
+        assert not state.allowed()[list(marker_ids(fim))].any()  # the sampler never writes a marker
+        state.advance(token)
+    assert restore_order(sequence, *marker_ids(fim)) == song
+    plain, rearranged = fim.decode(song), fim.decode(sequence)
+    assert [(n.start, n.pitch, n.end) for n in plain.instruments[0].notes] == \
+        [(n.start, n.pitch, n.end) for n in rearranged.instruments[0].notes]
+
+
+def test_the_middle_restarts_the_bar_clock_at_the_hole(fim, song):
+    parts = arrange(fim, song, 4, 2)
+    state = fim.constraint_state()
+    for token in parts.prompt(fim):
+        state.advance(token)
+    before = fim.constraint_state()
+    for token in parts.prefix:
+        before.advance(token)
+    assert state.next_bar_time() == before.next_bar_time()
+
+
+def test_markers_out_of_place_are_refused(fim, song):
+    hole, fill, end = marker_ids(fim)
+    state = fim.constraint_state()
+    assert not state.accepts(fill) and not state.accepts(end)
+    for token in song[:40] + [hole]:
+        state.advance(token)
+    assert not state.accepts(hole) and not state.accepts(end)
+    with pytest.raises(ValueError):
+        state.advance(fim.vocab["Beat_0"])  # the suffix starts with a bar line
+
+
+def test_a_span_beyond_the_song_is_refused(fim, song):
+    bars = len(fim.bar_starts(song))
+    with pytest.raises(ValueError, match=f"has {bars} bars"):
+        arrange(fim, song, bars - 1, 2)
+
+
+def test_fim_crop_keeps_the_length_and_loses_only_the_suffix_tail(fim, song):
+    crop = np.asarray(song[fim.bar_starts(song)[1]:][:200], dtype=np.int64)
+    rng = np.random.default_rng(3)
+    rearranged = [fim_crop(fim, crop, rng) for _ in range(20)]
+    hole = marker_ids(fim)[0]
+    assert sum(hole in r for r in rearranged) == 20
+    for r in rearranged:
+        assert len(r) == len(crop)
+        assert restore_order(r.tolist(), *marker_ids(fim)) == crop[:-MARKERS_PER_CROP].tolist()
+
+
+def test_crops_with_fim_never_score_the_two_placed_markers(fim, song):
+    data = CropDataset([np.asarray(song)], fim, crop_len=128, transpose=0, fim_rate=1.0, samples_per_piece=8)
+    hole, fill, end = marker_ids(fim)
+    samples = [data[i] for i in range(len(data))]
+    assert sum(hole in inputs.tolist() for inputs, _ in samples) >= 6  # not a crop without a whole bar
+    for _, targets in samples:
+        assert not np.isin(targets.numpy(), [hole, fill]).any()
+    assert any(end in targets.tolist() for _, targets in samples)  # the end of the middle is learnt
+    with pytest.raises(ValueError, match="no fill-in-the-middle tokens"):
+        CropDataset([np.asarray(song)], REMITokenizer(), crop_len=128, fim_rate=0.5)
