@@ -107,14 +107,16 @@ class InfillJob:
 
 
 class BarsWithNotes:
-    """A steer for the bars being written: no end of piece before `bars` bars, no bar line before the
+    """A steer for the bars being written (by an infill, or any continuation of `bars` bars): no end of
+    piece before `bars` bars, no bar line before the
     current bar has a note (so every rewritten bar has notes), and no meter change (the bars after the
     range are in the meter at its start)."""
 
     def __init__(self, tokenizer: BaseTokenizer, start: int, bars: int) -> None:
         self.start, self.bars = start, bars  # index of the first written token; bars to write
         self.bar = tokenizer.bar_id
-        self.closing = [tokenizer.eos_id, marker_ids(tokenizer)[2], *tokenizer.vocab.by_type("TimeSig")]
+        end = [tokenizer.vocab[INFILL_TOKENS[2]]] if has_infill(tokenizer) else []
+        self.closing = [tokenizer.eos_id, *end, *tokenizer.vocab.by_type("TimeSig")]
         self.pitches = np.asarray(tokenizer.vocab.by_type("Note_Pitch"), dtype=np.int64)
 
     def __call__(self, tokens: Sequence[int], allowed: np.ndarray) -> np.ndarray:
