@@ -5,7 +5,7 @@
 Choose a model (the shipped `pretrained/` one or a run directory), optionally upload a MIDI prompt (its
 first bars, or the whole song to continue after its end), optionally give chords to follow (one per
 bar), set the length (bars or tokens), temperature, top-p, seed and number of samples, press
-Generate: the page
+Generate (or give a bar range of the uploaded song and press Infill to rewrite those bars): the page
 shows the progress, then the piano roll, an audio player and the files (MIDI, WAV, OGG, tokens) of the
 selected sample. Continue extends every sample (only the new tokens are decoded), Undo goes back one
 step. With a groove model and an uploaded band MIDI, the style similarity of each quarter of the
@@ -56,6 +56,15 @@ class Studio:
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.generate(request, _progress(progress)))
+
+    def infill(self, state, model, prompt, bars, temperature, top_p, seed, samples, progress: Any = None
+               ) -> list[Any]:
+        session = self.session(state)
+        try:
+            request = page_request(model, prompt, 1, 1, "bars", temperature, top_p, seed, samples)
+        except StudioError as error:
+            return _unchanged(session, f"**Error:** {public_message(error)}")
+        return self._act(session, lambda: session.infill(request, bars, _progress(progress)))
 
     def continue_(self, state, length, unit, progress: Any = None) -> list[Any]:
         session = self.session(state)
@@ -127,6 +136,8 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                                     elem_id="whole_song")
                 chords = gr.Textbox(label="Chords to follow, one per bar (e.g. C Am | F G7; then the length is "
                                           "their bars)", placeholder="C Am F G7", elem_id="chords")
+                infill_bars = gr.Textbox(label="Bars of the uploaded song to rewrite (e.g. 9-12), then Infill",
+                                         placeholder="9-12", elem_id="infill_bars")
                 with gr.Row():
                     length = gr.Number(value=4, precision=0, label="Length", elem_id="length")
                     unit = gr.Radio(list(UNITS), value="bars", label="Unit", elem_id="unit")
@@ -139,6 +150,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                     generate = gr.Button("Generate", variant="primary", elem_id="generate")
                     extend = gr.Button("Continue", elem_id="continue")
                     undo = gr.Button("Undo", elem_id="undo")
+                    infill = gr.Button("Infill", elem_id="infill")
             with gr.Column(scale=2):
                 status = gr.Markdown("Choose a model and press Generate.", elem_id="status")
                 sample = gr.Radio(["1"], value="1", label="Sample")
@@ -156,6 +168,10 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
         def on_continue(st, n, u, progress=gr.Progress()):
             return studio.continue_(st, n, u, progress)
 
+        def on_infill(st, m, p, b, t, tp, s, k, progress=gr.Progress()):
+            return studio.infill(st, m, p, b, t, tp, s, k, progress)
+
+        infill.click(on_infill, [state, model, prompt, infill_bars, temperature, top_p, seed, samples], outputs)
         generate.click(on_generate, [state, model, prompt, prompt_bars, length, unit, temperature, top_p,
                                      seed, samples, whole, chords], outputs)
         extend.click(on_continue, [state, length, unit], outputs)

@@ -8,6 +8,7 @@ and an undo history of decoder snapshots with the files each step produced.
     view = session.generate(Request(model="pretrained", prompt=None, length=2, unit="bars"))
     view = session.continue_(length=2, unit="bars")      # extends every sample of the last result
     view = session.undo()                                 # back to the previous result
+    view = session.infill(Request(model=..., prompt="song.mid"), "9-12")  # rewrite bars 9-12 of the song
 
 User mistakes (a bad upload, an unknown model, impossible settings) raise `StudioError` with a
 one-line message that the page shows; anything else is a bug and keeps its traceback.
@@ -27,6 +28,7 @@ import torch
 
 from generation.audio import AudioConfig
 from generation.chords import ChordSteer, parse_progression
+from generation.infill import INFILL_MODEL, InfillJob, has_infill, parse_bar_range
 from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
@@ -204,6 +206,7 @@ class StudioSession:
         self.reference: list[int] | None = None  # groove: the uploaded piece's ids (similarity reference)
         self.history: list[Step] = []
         self.takes = 0  # steps ever made (names of output folders)
+        self.infill_job: InfillJob | None = None  # the current piece is an infill (it cannot be continued)
 
     # ------------------------------------------------------------------------------ actions
     def generate(self, request: Request, progress: Progress | None = None) -> View:
@@ -235,13 +238,48 @@ class StudioSession:
         except ValueError as error:
             raise StudioError(str(error)) from None
         self.decoder, self.ckpt, self.request, self.reference = decoder, ckpt, request, reference
-        self.history = []
+        self.history, self.infill_job = [], None
         return self._extend(length, unit, progress, "generated")
+
+    def infill(self, request: Request, bars: str, progress: Progress | None = None) -> View:
+        """Rewrite bars `bars` ("9-12") of the uploaded song with a fill-in-the-middle model (the chosen
+        one, or the shipped infill model when the chosen one has no markers); the history starts again."""
+        torch.set_num_threads(self.threads)
+        try:
+            span = parse_bar_range(str(bars or ""))
+        except ValueError as error:
+            raise StudioError(str(error)) from None
+        _check_settings(span[1] - span[0] + 1, "bars", request.num_samples)
+        prompt_file = check_upload(request.prompt)
+        if prompt_file is None:
+            raise StudioError("upload the song whose bars to rewrite")
+        ckpt = self._load(request.model)
+        if not has_infill(ckpt.tokenizer):
+            if INFILL_MODEL not in shipped_models():
+                raise StudioError("this model cannot infill: choose a fill-in-the-middle model")
+            ckpt = self._load(INFILL_MODEL + SHIPPED_SUFFIX)
+        tokenizer = ckpt.tokenizer
+        ids, _ = self._prompt(tokenizer, prompt_file, None)
+        try:
+            job = InfillJob.of(tokenizer, ids, span)
+            sampling = SamplingConfig(top_p=float(request.top_p), temperature=float(request.temperature),
+                                      nucleus=ckpt.config.generate.nucleus)
+            budget = self._budget(job.bars, "bars")
+            decoder = Decoder(ckpt.model, tokenizer, job.prompt, int(request.num_samples), sampling,
+                              seeded_generator(check_seed(request.seed), self.device),
+                              capacity=len(job.prompt) + budget, steer=job.steer())
+        except ValueError as error:
+            raise StudioError(str(error)) from None
+        self.decoder, self.ckpt, self.request, self.reference = decoder, ckpt, request, None
+        self.history, self.infill_job = [], job
+        return self._extend(job.bars, "bars", progress, f"rewrote bars {span[0]}-{span[1]} of")
 
     def continue_(self, length: int, unit: str = "bars", progress: Progress | None = None) -> View:
         """Extend every sample of the current piece (the recurrent state is kept: only new tokens cost)."""
         if self.decoder is None:
             raise StudioError("nothing to continue yet: press Generate first")
+        if self.infill_job is not None:
+            raise StudioError("an infill keeps the rest of the song as it is: press Generate to continue a piece")
         torch.set_num_threads(self.threads)
         _check_settings(length, unit, 1)
         if all(self.decoder.at_eos):
@@ -310,6 +348,8 @@ class StudioSession:
             raise StudioError(str(error)) from None
         seconds = time.perf_counter() - began
         results = decoder.results()
+        if self.infill_job is not None:  # back in time order: the song with its rewritten bars
+            results = [self.infill_job.restore(result) for result in results]
         self.takes += 1
         folder = self.workdir / f"take_{self.takes:03d}"
         audio = AudioConfig() if self.request.audio else None

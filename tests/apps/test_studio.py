@@ -110,6 +110,39 @@ def test_chords_in_the_page_are_followed_bar_by_bar(tmp_path):
         StudioSession(tmp_path / "work", runs=[groove]).generate(Request(model=str(groove), chords="C G"))
 
 
+def test_infill_rewrites_the_bars_typed_and_keeps_the_rest(tmp_path, chorale_midi):
+    from remi import REMITokenizer
+
+    fim = REMITokenizer().with_infill()
+    run = save_tiny(tmp_path / "runs" / "fim", fim, max_len=4096, always="Bar_None")
+    session = StudioSession(tmp_path / "work", runs=[run])
+    request = Request(model=str(run), prompt=str(chorale_midi), num_samples=2, audio=False)
+    view = session.infill(request, "2-3")
+    assert "rewrote bars 2-3" in view.status and len(view.samples) == 2
+    song = fim.tokens_to_strings(fim.encode(chorale_midi))
+    starts = fim.bar_starts(fim.strings_to_ids(song))
+    for sample in view.samples:
+        tokens = tokens_of(sample.tokens)
+        assert tokens[:starts[1]] == song[:starts[1]] and tokens[-(len(song) - starts[3]):] == song[starts[3]:]
+        assert len(fim.bar_starts(fim.strings_to_ids(tokens))) == len(starts)
+        middle = tokens[starts[1]:len(tokens) - (len(song) - starts[3])]
+        assert all(any(t.startswith("Note_Pitch") for t in bar)
+                   for bar in " ".join(middle).split("Bar_None")[1:] for bar in [bar.split()])
+    with pytest.raises(StudioError, match="cannot be continued|keeps the rest"):
+        session.continue_(2, "bars")
+    with pytest.raises(StudioError, match="the song has"):
+        session.infill(request, "2-60")
+    with pytest.raises(StudioError, match="bar range"):
+        session.infill(request, "three")
+    with pytest.raises(StudioError, match="upload the song"):
+        session.infill(Request(model=str(run)), "2-3")
+    plain = save_tiny(tmp_path / "runs" / "plain", REMITokenizer())
+    if "pop909_infill" not in shipped_models():
+        with pytest.raises(StudioError, match="cannot infill"):
+            StudioSession(tmp_path / "work", runs=[plain]).infill(
+                Request(model=str(plain), prompt=str(chorale_midi)), "2-3")
+
+
 def test_groove_continuation_shows_style_similarity(tmp_path):
     run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
     upload = band_midi(tmp_path / "band.mid")

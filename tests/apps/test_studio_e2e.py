@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from cli_helpers import served_studio
-from training.checkpoint import shipped_default
+from training.checkpoint import shipped_default, shipped_models
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 DRIVER = shutil.which("chromedriver")
@@ -138,3 +138,20 @@ def test_chords_typed_in_the_page_are_followed(server, browser, tmp_path):
     wait.until(lambda page: page.find_element(By.CSS_SELECTOR, "#status").text.startswith("Step 1: generated"))
     tokens = next((tmp_path / "work").rglob("sample_1.txt")).read_text().split()
     assert [t for t in tokens if t.startswith("Chord_")][:4] == ["Chord_C_M", "Chord_A_m", "Chord_F_M", "Chord_G_7"]
+
+
+def test_infill_rewrites_the_typed_bars_of_the_upload(server, browser, chorale_midi, tmp_path):
+    """The Infill button with a bar range: the sample keeps the upload's other bars token for token."""
+    if "pop909_infill" not in shipped_models():
+        pytest.skip("no shipped pop909_infill model")
+    from remi import REMITokenizer
+
+    wait, By, ready = open_with_upload(browser, server, chorale_midi, 1, 8)
+    wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#infill_bars textarea"))).send_keys("2-3")
+    wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#infill"))).click()
+    wait.until(lambda page: "rewrote bars 2-3" in page.find_element(By.CSS_SELECTOR, "#status").text)
+    tokens = next((tmp_path / "work").rglob("sample_1.txt")).read_text().split()
+    tokenizer = REMITokenizer()
+    song = tokenizer.tokens_to_strings(tokenizer.encode(chorale_midi))
+    starts = tokenizer.bar_starts(tokenizer.encode(chorale_midi))
+    assert tokens[:starts[1]] == song[:starts[1]] and tokens[-(len(song) - starts[3]):] == song[starts[3]:]
