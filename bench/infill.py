@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -86,7 +87,7 @@ def split_bars(tokenizer, ids: list[int]) -> list[list[int]]:
     return [ids[a:b] for a, b in zip(starts, starts[1:])]
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, help="the fill-in-the-middle model")
     parser.add_argument("--plain", default="pop909", help="a left-to-right model to compare (default: %(default)s)")
@@ -96,7 +97,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of infill.{csv,md}")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not Path(args.corpus).is_dir():
         parser.error(f"corpus not found: {args.corpus}")
     torch.set_num_threads(args.threads)
@@ -109,6 +110,8 @@ def main() -> None:
     songs = [(name, strip_eos(ids, tokenizer.eos_id)) for ids, name in
              zip(corpus.pieces("test"), corpus.names("test"))]
     songs = [(name, ids) for name, ids in songs if len(tokenizer.bar_starts(ids)) >= 2 * MARGIN + args.bars]
+    if not songs:
+        parser.error(f"no test song of {args.corpus} has {2 * MARGIN + args.bars} bars")
     for index, (name, song) in enumerate(tqdm(songs[:args.songs], desc="songs", unit="song")):
         bars = len(tokenizer.bar_starts(song))
         first = int(rng.integers(MARGIN, bars - MARGIN - args.bars + 1))
@@ -136,6 +139,7 @@ def main() -> None:
                 row["notes_kept"] = notes_kept(tokenizer, song, filled.tokens, span)
             rows.append(row)
     write_outputs(rows, args)
+    return 0
 
 
 def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
@@ -152,6 +156,8 @@ def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
 
     def stat(values) -> str:
         values = np.asarray(values, dtype=float)
+        if np.isnan(values).all():
+            return "-"
         return f"{np.nanmean(values):.3f} ± {np.nanstd(values):.3f}"
 
     lines = [f"`python -m bench.infill --checkpoint {args.checkpoint} --plain {args.plain} --corpus {args.corpus} "
@@ -177,4 +183,4 @@ def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
