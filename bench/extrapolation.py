@@ -19,10 +19,13 @@ all reach 4x the trained length (`spe-evaluate nll --full-length`), so every pos
 same songs; results go to extrapolation_pop909.{csv,png,md}, with the NLL at 1x, 1-2x and 2-4x the
 trained length. Part 2 is then skipped.
 
-Part 2 (groove continuation): APE, gated sineSPE and gated convSPE on the offline trio corpus of
-`groove.trio` (Bach chorales arranged for bass, synthetic drums and one accompaniment track), then
-`spe-evaluate groove`: 2-bar prompts from held-out pieces continued to 1024 tokens, style similarity of
-each quarter of the continuation to the whole piece -> groove_continuation.{csv,png,md}.
+Part 2 (groove continuation, the paper's Fig. 5): APE, gated sineSPE and gated convSPE on a band corpus,
+then `spe-evaluate groove`: 2-bar prompts from held-out pieces continued to 1024 tokens, style similarity
+of each quarter of the continuation to the whole piece. ``--groove-corpus mma`` (the headline): POP909's
+chord charts rendered by MMA in 30 grooves (`data.groove_mma`, needs `mma` or a rendered corpus/groove_mma/
+midi), crops of 512 tokens as in the paper -> groove_mma_continuation.{csv,png,md}. ``--groove-corpus trio``:
+the offline stand-in of `groove.trio` (Bach chorales arranged for bass, synthetic drums and one
+accompaniment track), crops of 256 -> groove_continuation.{csv,png,md}.
 
 Every run is a separate `spe-train` process (up to --jobs at once, one torch thread each), so a
 finished run is reused when the study is started again (its checkpoint is found in --out).
@@ -46,6 +49,7 @@ from pathlib import Path
 
 from training.config import load_config
 from data.build import prepare_corpus
+from data.groove_mma import DEFAULT_ANNOTATIONS
 
 logger = logging.getLogger("extrapolation")
 
@@ -61,9 +65,14 @@ REMI_VARIANTS = {
 }
 GROOVE_VARIANTS = {k: REMI_VARIANTS[k] for k in ("APE", "sineSPE gated", "convSPE gated")}
 POP_VARIANTS = {k: REMI_VARIANTS[k] for k in ("APE", "sineSPE gated")}
-GROOVE_DATA = ["data.kind=trio", "data.root=corpus/trio", "data.format=groove", "data.transpose=5",
-               "data.max_pieces=200", "model.num_sines=8", "train.redraw_prob=0.0",
-               "train.redraw_every=40", "generate.temperature=0.6", "generate.top_p=1.0"]
+GROOVE_COMMON = ["data.format=groove", "data.transpose=5", "model.num_sines=8", "train.redraw_prob=0.0",
+                 "train.redraw_every=40", "generate.temperature=0.6", "generate.top_p=1.0"]
+GROOVE_CORPORA = {  # --groove-corpus -> (config overrides, stem of the result files)
+    "trio": (["data.kind=trio", "data.root=corpus/trio", "data.max_pieces=200"], "groove_continuation"),
+    "mma": (["data.kind=groove_mma", "data.root=corpus/groove_mma", "data.crop_len=512"],
+            "groove_mma_continuation"),
+}
+
 
 
 @dataclass
@@ -180,15 +189,20 @@ def remi_study(args: argparse.Namespace) -> None:
 
 
 def groove_study(args: argparse.Namespace) -> None:
-    runs = [Run(label, seed, overrides + GROOVE_DATA, args.out / "groove" / f"{slug(label)}_s{seed}")
+    corpus, stem = GROOVE_CORPORA[args.groove_corpus]
+    data = GROOVE_COMMON + corpus
+    if args.groove_corpus == "mma":
+        data = data + [f"data.source={args.annotations.resolve()}"]
+    name = "groove" if args.groove_corpus == "trio" else f"groove_{args.groove_corpus}"
+    runs = [Run(label, seed, overrides + data, args.out / name / f"{slug(label)}_s{seed}")
             for seed in args.seeds for label, overrides in GROOVE_VARIANTS.items() if label in args.models]
     if not runs:
         return
     train_all(runs, args.steps, args.jobs)
-    eval_dir = args.out / "groove" / "eval"
+    eval_dir = args.out / name / "eval"
     evaluate("groove", runs, eval_dir, ["--max-pieces", str(args.groove_pieces), "--tokens", "1024"])
     for suffix in ("csv", "png", "md"):
-        shutil.copyfile(eval_dir / f"groove_similarity.{suffix}", args.results / f"groove_continuation.{suffix}")
+        shutil.copyfile(eval_dir / f"groove_similarity.{suffix}", args.results / f"{stem}.{suffix}")
     with open(eval_dir / "groove_similarity.csv") as handle:
         print(f"groove continuation: {sum(1 for _ in csv.reader(handle)) - 1} rows written")
     print((eval_dir / "groove_similarity.md").read_text())
@@ -206,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groove-pieces", type=int, default=12, help="held-out pieces prompted (groove)")
     parser.add_argument("--skip-groove", action="store_true", help="only the REMI extrapolation study")
     parser.add_argument("--skip-remi", action="store_true", help="only the groove continuation study")
+    parser.add_argument("--groove-corpus", choices=sorted(GROOVE_CORPORA), default="mma",
+                        help="part 2's band corpus: MMA renderings of POP909's charts, or the offline trio")
+    parser.add_argument("--annotations", type=Path, default=DEFAULT_ANNOTATIONS,
+                        help="POP909 annotations folder (--groove-corpus mma)")
     parser.add_argument("--pop909", type=Path, default=None, metavar="FOLDER",
                         help="run part 1 on the POP909 songs of FOLDER (APE vs gated sineSPE), skip part 2")
     parser.add_argument("--out", type=Path, default=Path("runs/extrapolation"), help="run directories")
