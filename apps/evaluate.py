@@ -136,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def load_models(args: argparse.Namespace, token_format: str | None = None,
                 comparable: bool = False) -> list[tuple[str, Any]]:
     """(label, Checkpoint) for every --checkpoint (the shipped model when none is given); with
-    `token_format`, every model must use it; `comparable`: all must share the first one's vocabulary."""
+    `token_format`, every model must use it; `comparable`: each must read the first one's token ids as
+    the first does (the same vocabulary, or one that only adds tokens at its end, like the infill markers)."""
     paths = args.checkpoint or [None]
     if args.label is not None and len(args.label) != len(paths):
         raise ValueError(f"--label given {len(args.label)} times for {len(paths)} checkpoints")
@@ -154,9 +155,14 @@ def load_models(args: argparse.Namespace, token_format: str | None = None,
         if token_format is not None and format_of(ckpt.tokenizer) != token_format:
             raise ValueError(f"spe-evaluate {args.command} needs {token_format} checkpoints; {label} uses "
                              f"{type(ckpt.tokenizer).__name__}")
-        if comparable and ckpt.tokenizer.vocab.tokens != models[0].tokenizer.vocab.tokens:
+        if comparable and not extends(ckpt.tokenizer.vocab.tokens, models[0].tokenizer.vocab.tokens):
             raise ValueError(f"{label} uses another vocabulary than {labels[0]}: its numbers are not comparable")
     return list(zip(labels, models))
+
+
+def extends(tokens: Sequence[str], base: Sequence[str]) -> bool:
+    """Whether a vocabulary (`tokens`) gives every id of `base` the same token (it may add some at its end)."""
+    return list(tokens[:len(base)]) == list(base)
 
 
 def default_label(checkpoint_dir: Path) -> str:
@@ -174,7 +180,7 @@ def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0) ->
     if not root.exists():
         raise ValueError(f"corpus not found: {root} (build it by training, or pass --corpus)")
     corpus = load_corpus(root)
-    if corpus.tokenizer.vocab.tokens != ckpt.tokenizer.vocab.tokens:
+    if not extends(ckpt.tokenizer.vocab.tokens, corpus.tokenizer.vocab.tokens):
         raise ValueError(f"corpus {root} uses a {type(corpus.tokenizer).__name__} vocabulary that differs "
                          f"from the checkpoint's {type(ckpt.tokenizer).__name__}")
     split = args.split

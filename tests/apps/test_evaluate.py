@@ -131,6 +131,21 @@ def test_nll_full_length_averages_the_same_pieces_at_every_position(runs, remi_c
     assert f"of at least {lengths[-1] + 1} tokens" in capsys.readouterr().err
 
 
+def test_nll_compares_a_model_whose_vocabulary_only_adds_the_infill_markers(runs, remi_corpus, tmp_path, capsys):
+    fim = save_tiny(tmp_path / "fim", REMITokenizer(infill=True), corpus=remi_corpus)
+    out = tmp_path / "nll"
+    assert main(["nll", "--checkpoint", str(runs["sine_spe"]), "--checkpoint", str(fim), "--split", "train",
+                 "--out", str(out), "--no-progress"]) == 0
+    assert {r["model"] for r in read_csv(out / "nll.csv")} == {"sine_spe", "fim"}
+    assert main(["nll", "--checkpoint", str(runs["conv_spe"]), "--checkpoint", str(fim), "--checkpoint",
+                 str(runs["sine_spe"]), "--split", "train", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["nll", "--checkpoint", str(fim), "--checkpoint", str(runs["sine_spe"]), "--split", "train",
+                 "--out", str(tmp_path / "refused"), "--no-progress"]) == 2  # the plain model lacks the markers
+    assert "sine_spe uses another vocabulary than fim" in one_error_line(capsys)
+    assert not (tmp_path / "refused").exists()
+
+
 def test_nll_learned_ape_stops_at_its_table(runs, tmp_path):
     out = tmp_path / "nll"
     assert main(["nll", "--checkpoint", str(runs["learned_ape"]), "--split", "train", "--max-len", "24",
