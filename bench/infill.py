@@ -6,8 +6,8 @@ For each held-out song of the corpus (its test split) with at least 2 * MARGIN +
 --bars bars is drawn at random, at least MARGIN bars from either end. Measured per song:
 
 * NLL of the real span's tokens (nats per token), teacher-forced: the FIM model given both sides (the
-  rearranged order of ``remi.infill``), the FIM model given the left side only (plain order), and the
-  plain model given the left side only. Both sides minus left only is the gain of seeing the suffix;
+  rearranged order of ``remi.infill``, reading the suffix's first bars within --suffix-tokens), the
+  FIM model given the left side only (plain order), and the plain model given the left side only. Both sides minus left only is the gain of seeing the suffix;
 * one infill by the FIM model (``generation.infill``, the model's sampling defaults), and, for
   comparison, the plain model continuing the left side for as many bars (both steered to give every
   bar notes and not to end early: ``generation.infill.BarsWithNotes``);
@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from data import load_corpus
 from evaluation.quality import measure
-from generation.infill import BarsWithNotes, InfillJob
+from generation.infill import SUFFIX_TOKENS, BarsWithNotes, InfillJob
 from generation.pieces import bar_stop, keep_bars, strip_eos
 from generation.sampling import SamplingConfig, generate
 from model import IGNORE_INDEX
@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--corpus", default="corpus/pop909", help="token corpus with a test split")
     parser.add_argument("--songs", type=int, default=30, help="held-out songs (default: %(default)s)")
     parser.add_argument("--bars", type=int, default=4, help="bars per span (default: %(default)s)")
+    parser.add_argument("--suffix-tokens", type=int, default=SUFFIX_TOKENS,
+                        help="the suffix the FIM model reads, in tokens of whole bars; 0: all of it "
+                             "(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of infill.{csv,md}")
@@ -115,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for index, (name, song) in enumerate(tqdm(songs[:args.songs], desc="songs", unit="song")):
         bars = len(tokenizer.bar_starts(song))
         first = int(rng.integers(MARGIN, bars - MARGIN - args.bars + 1))
-        job = InfillJob.of(tokenizer, song, (first + 1, first + args.bars))
+        job = InfillJob.of(tokenizer, song, (first + 1, first + args.bars), args.suffix_tokens or None)
         middle = job.parts.middle
         both = job.prompt + middle + [marker_ids(tokenizer)[2]]
         left = job.parts.prefix + middle
@@ -161,7 +164,7 @@ def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
         return f"{np.nanmean(values):.3f} ± {np.nanstd(values):.3f}"
 
     lines = [f"`python -m bench.infill --checkpoint {args.checkpoint} --plain {args.plain} --corpus {args.corpus} "
-             f"--songs {args.songs} --bars {args.bars} --seed {args.seed}`: {len(real)} held-out songs, one span "
+             f"--songs {args.songs} --bars {args.bars} --suffix-tokens {args.suffix_tokens} --seed {args.seed}`: {len(real)} held-out songs, one span "
              f"of {args.bars} bars each", "",
              "NLL of the real span (nats per token, mean ± std over songs):", "",
              "| FIM model, both sides | FIM model, left only | gain of the suffix | plain model, left only |",

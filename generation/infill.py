@@ -4,6 +4,11 @@ The song is rearranged for fill in the middle (``remi.infill``): the model reads
 range, ``Infill_Hole``, the bars after it and ``Infill_Fill``, then writes as many bars as the range
 holds. Every other bar is kept token for token, and the result is put back in time order.
 
+Of the bars after the range the model reads only the first ones, within ``SUFFIX_TOKENS`` tokens: the
+fine-tune's suffixes are the rest of a 2,048-token crop, and a whole song's suffix (thousands of tokens)
+would put the bars before the range, which the rewritten bars continue, far out of the decayed state's
+reach (``bench.infill --suffix-tokens`` measures the choice).
+
     spans = parse_bar_range("9-12")                       # 1-based, inclusive
     job = InfillJob.of(tokenizer, song_ids, spans)
     results = generate_batch(model, tokenizer, job.prompt, budget, n, sampling,
@@ -33,6 +38,7 @@ from training.checkpoint import shipped_model
 logger = logging.getLogger(__name__)
 
 INFILL_MODEL = "pop909_infill"  # the shipped fill-in-the-middle model, used when the default has no markers
+SUFFIX_TOKENS = 512  # the model reads the whole bars after the range that fit in this many tokens (at least one)
 
 
 def parse_bar_range(text: str) -> tuple[int, int]:
@@ -68,21 +74,26 @@ class InfillJob:
     parts: Arrangement  # the song cut around the range
     first: int  # first bar to rewrite (1-based)
     bars: int  # bars to rewrite
+    read: Arrangement  # what the model reads: the prefix, and the suffix's first bars only
 
     @classmethod
-    def of(cls, tokenizer: BaseTokenizer, ids: Sequence[int], span: tuple[int, int]) -> InfillJob:
-        """ValueError when the tokenizer has no markers or the range is not all in the song."""
+    def of(cls, tokenizer: BaseTokenizer, ids: Sequence[int], span: tuple[int, int],
+           suffix_tokens: int | None = SUFFIX_TOKENS) -> InfillJob:
+        """ValueError when the tokenizer has no markers or the range is not all in the song;
+        `suffix_tokens`: how much of the suffix the model reads, in whole bars (None: all of it)."""
         marker_ids(tokenizer)
         have = len(tokenizer.bar_starts(list(ids)))
         if span[1] > have:
             raise ValueError(f"--infill-bars {span[0]}-{span[1]}: the song has {have} bars")
         parts = arrange(tokenizer, ids, span[0] - 1, span[1] - span[0] + 1)
-        return cls(tokenizer, parts, span[0], span[1] - span[0] + 1)
+        suffix = parts.suffix if suffix_tokens is None else first_bars(tokenizer, parts.suffix, suffix_tokens)
+        read = Arrangement(prefix=parts.prefix, middle=parts.middle, suffix=suffix)
+        return cls(tokenizer, parts, span[0], span[1] - span[0] + 1, read)
 
     @property
     def prompt(self) -> list[int]:
-        """What the model reads before writing the bars: prefix, hole, suffix, fill."""
-        return self.parts.prompt(self.tokenizer)
+        """What the model reads before writing the bars: prefix, hole, the suffix's first bars, fill."""
+        return self.read.prompt(self.tokenizer)
 
     def steer(self) -> BarsWithNotes:
         return BarsWithNotes(self.tokenizer, len(self.prompt), self.bars)
@@ -104,6 +115,13 @@ class InfillJob:
     def middle(self, restored: GenerationResult) -> list[int]:
         """The rewritten bars of a restored result."""
         return restored.tokens[len(self.parts.prefix):len(restored.tokens) - len(self.parts.suffix) - 1]
+
+
+def first_bars(tokenizer: BaseTokenizer, ids: list[int], tokens: int) -> list[int]:
+    """The whole bars that open `ids` within `tokens` tokens (at least the first bar)."""
+    ends = tokenizer.bar_starts(ids)[1:] + [len(ids)]  # where each bar ends
+    fitting = [end for end in ends if end <= tokens]
+    return ids[:fitting[-1] if fitting else ends[0]]
 
 
 class BarsWithNotes:

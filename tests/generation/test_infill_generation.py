@@ -73,3 +73,22 @@ def test_an_infill_range_beyond_the_song_is_refused(fim, chorale_midi):
     bars = len(fim.bar_starts(song))
     with pytest.raises(ValueError, match=f"the song has {bars} bars"):
         InfillJob.of(fim, song, (bars, bars + 2))
+
+
+@pytest.mark.parametrize("budget", [1, 60, 200, None])
+def test_the_model_reads_the_first_whole_bars_of_the_suffix_within_its_budget(fim, chorale_midi, budget):
+    from remi.infill import marker_ids
+
+    song = piece_ids(fim, chorale_midi)
+    job = InfillJob.of(fim, song, (2, 3), suffix_tokens=budget)
+    hole, fill, _ = marker_ids(fim)
+    prompt = job.prompt
+    read = prompt[prompt.index(hole) + 1:prompt.index(fill)]
+    full = job.parts.suffix
+    assert full[:len(read)] == read and prompt[:prompt.index(hole)] == job.parts.prefix
+    ends = fim.bar_starts(full)[1:] + [len(full)]
+    assert len(read) in ends  # whole bars only
+    if budget is None:
+        assert read == full
+    else:
+        assert len(read) == max([end for end in ends if end <= budget], default=ends[0])
