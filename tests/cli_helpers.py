@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import miditoolkit
 import torch
 
 from training.checkpoint import save_checkpoint
@@ -65,3 +66,17 @@ def served_studio(workdir: Path, runs: Sequence[Path] = ()) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/"
     finally:
         app.close()
+
+
+def band_midi(path: Path, bars: int = 4) -> Path:
+    """A 3-track band MIDI (bass, drums, piano), one note per beat each, 4/4."""
+    midi = miditoolkit.MidiFile(ticks_per_beat=480)
+    tracks = [("Bass", 33, False, [40, 43, 45, 43]), ("Drums", 0, True, [36, 42, 38, 42]),
+              ("Piano", 0, False, [64, 67, 69, 67])]
+    for name, program, is_drum, pitches in tracks:
+        inst = miditoolkit.Instrument(program=program, is_drum=is_drum, name=name)
+        inst.notes = [miditoolkit.Note(90, pitches[beat % 4], beat * 480, beat * 480 + 400)
+                      for beat in range(4 * bars)]
+        midi.instruments.append(inst)
+    midi.dump(str(path))
+    return path

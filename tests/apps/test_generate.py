@@ -13,7 +13,7 @@ from generation.audio import AudioConfig, read_wav, tick_to_seconds
 from apps.generate import main
 from groove import GrooveTokenizer
 from remi import REMITokenizer
-from cli_helpers import exit_status, save_tiny
+from cli_helpers import band_midi, exit_status, save_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -158,6 +158,19 @@ def test_groove_checkpoint_writes_midi_via_muspy(tmp_path):
     assert read_tokens(tmp_path / "groove.txt")[0] == "Start_None"
     miditoolkit.MidiFile(str(out))
     assert (tmp_path / "groove.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_shipped_groove_model_continues_a_band_prompt_with_audio(tmp_path):
+    from training.checkpoint import shipped_models
+
+    if "groove" not in shipped_models():
+        pytest.skip("no shipped groove model")
+    out = tmp_path / "band_out.mid"
+    assert main(["--checkpoint", "groove", "--prompt", str(band_midi(tmp_path / "band.mid")), "--prompt-bars", "2",
+                 "--tokens", "120", "--seed", "1", "--out", str(out), "--no-progress"]) == 0
+    programs = {(inst.is_drum, inst.program) for inst in miditoolkit.MidiFile(str(out)).instruments}
+    assert len(programs) >= 2 and any(drum for drum, _ in programs)
+    assert out.with_suffix(".ogg").read_bytes()[:4] == b"OggS"
 
 
 def test_audio_lasts_as_long_as_the_midi(remi, chorale_midi, tmp_path):

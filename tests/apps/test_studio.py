@@ -10,26 +10,12 @@ import pytest
 from generation.audio import read_wav
 from training.checkpoint import shipped_default, shipped_models
 from generation.pieces import count_bars
-from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, Request, StudioError, StudioSession, check_upload,
-                                 model_choices, model_path, page_request, public_message)
+from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, SHIPPED_SUFFIX, Request, StudioError, StudioSession,
+                                 check_upload, model_choices, model_path, page_request, public_message)
 from groove import GrooveTokenizer
-from cli_helpers import exit_status, save_tiny
+from cli_helpers import band_midi, exit_status, save_tiny
 
 needs_shipped = pytest.mark.skipif(not shipped_default() is not None, reason="no shipped pretrained/ model")
-
-
-def band_midi(path: Path, bars: int = 4) -> Path:
-    """A 3-track band MIDI (bass, drums, piano), one note per beat each, 4/4."""
-    midi = miditoolkit.MidiFile(ticks_per_beat=480)
-    tracks = [("Bass", 33, False, [40, 43, 45, 43]), ("Drums", 0, True, [36, 42, 38, 42]),
-              ("Piano", 0, False, [64, 67, 69, 67])]
-    for name, program, is_drum, pitches in tracks:
-        inst = miditoolkit.Instrument(program=program, is_drum=is_drum, name=name)
-        inst.notes = [miditoolkit.Note(90, pitches[beat % 4], beat * 480, beat * 480 + 400)
-                      for beat in range(4 * bars)]
-        midi.instruments.append(inst)
-    midi.dump(str(path))
-    return path
 
 
 def tokens_of(path: Path) -> list[str]:
@@ -157,6 +143,17 @@ def test_groove_continuation_shows_style_similarity(tmp_path):
     assert all(len(r) == 6 and all(0.0 <= v <= 1.0 for v in r[2:]) for r in rows)
     more = session.continue_(20, "tokens")
     assert len(more.similarity) == 4
+
+
+def test_the_shipped_groove_model_continues_an_uploaded_band_song(tmp_path):
+    if "groove" not in shipped_models():
+        pytest.skip("no shipped groove model")
+    session = StudioSession(tmp_path / "work")
+    view = session.generate(Request(model="groove" + SHIPPED_SUFFIX, prompt=str(band_midi(tmp_path / "band.mid")),
+                                    prompt_bars=2, length=2, unit="bars", num_samples=1, audio=True))
+    assert read_wav(view.samples[0].wav)[0].size > 0
+    assert {r[1] for r in view.similarity} == {"onset-duration", "time-pitch"}
+    assert len(miditoolkit.MidiFile(str(view.samples[0].midi)).instruments) >= 2
 
 
 @pytest.mark.parametrize("case", ["not_midi", "empty", "huge", "no_notes", "gone"])
