@@ -310,9 +310,11 @@ def shipped_models() -> dict[str, Path]:
 
 
 def shipped_model(name: str | Path) -> Path | None:
-    """The folder of the shipped model called `name`, None when `name` is an existing path or no
-    shipped model's name (a path always wins over a name)."""
-    if Path(name).exists():
+    """The folder of the shipped model called `name`, None when `name` is a path holding a checkpoint or
+    no shipped model's name (such a path wins over a name; a folder without one, like the `groove`
+    package beside the shipped `groove` model, does not)."""
+    path = Path(name)
+    if path.is_file() or (path / "meta.json").is_file() or (path / "checkpoints").is_dir():
         return None
     return shipped_models().get(str(name))
 
