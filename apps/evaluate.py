@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--top-p", type=finite_float, default=None, help="nucleus mass (default: config)")
     quality.add_argument("--nucleus", choices=NUCLEUS_SCOPES, default=None,
                          help="top-p cut over the whole vocabulary or within each token type (default: config)")
+    quality.add_argument("--generated", action="append", default=None, metavar="DIR",
+                         help="measure the unconditional pieces already generated in DIR (token files .txt, "
+                              "as spe-generate writes them; each cut to --tokens new tokens) instead of "
+                              "generating; repeatable, labelled by folder name; the checkpoint gives the "
+                              "tokenizer and the held-out corpus")
     quality.set_defaults(max_pieces=None)
     return parser
 
@@ -269,12 +274,21 @@ def run_templates(args: argparse.Namespace) -> None:
 
 
 def run_quality(args: argparse.Namespace) -> None:
-    from evaluation.quality import (MODES, QualityOptions, evaluate_quality, real_pieces_from_folder,
-                                   real_pieces_from_ids)
+    from evaluation.quality import (MODES, QualityOptions, evaluate_quality, read_generated,
+                                   real_pieces_from_folder, real_pieces_from_ids)
 
     set_threads(args.threads)
     models = load_models(args, token_format="remi", comparable=True)
     first = models[0][1]
+    generated = []
+    if args.generated:
+        if args.mode == "continuation":
+            raise ValueError("--generated measures unconditional pieces: use --mode unconditional")
+        args.mode = "unconditional"
+        generated = [(Path(folder).name or folder, read_generated(Path(folder), first.tokenizer))
+                     for folder in args.generated]
+        if len({label for label, _ in generated}) != len(generated):
+            raise ValueError("--generated folders must have different names (they label the tables)")
     if args.real is not None:
         real = real_pieces_from_folder(Path(args.real), first.tokenizer, args.real_pieces, args.seed,
                                        not args.no_progress)
@@ -294,7 +308,7 @@ def run_quality(args: argparse.Namespace) -> None:
             modes=MODES if args.mode == "both" else (args.mode,), pieces=args.pieces,
             tokens=args.tokens or first.config.generate.tokens, prompt_bars=args.prompt_bars,
             sampling=sampling, seed=args.seed, full_real=args.full_real, progress=not args.no_progress))
-    print(evaluate_quality(models, options, real, reference, Path(args.out)), end="")
+    print(evaluate_quality(models, options, real, reference, Path(args.out), generated), end="")
 
 
 COMMANDS = {"nll": run_nll, "groove": run_groove, "pe": run_pe, "templates": run_templates,

@@ -203,12 +203,58 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
     return rows
 
 
+def read_generated(folder: Path, tokenizer: BaseTokenizer) -> list[tuple[str, list[int]]]:
+    """(name, ids) of the unconditional pieces in `folder`: token files (.txt, one token per line, as
+    spe-generate writes them) that open with the format's start tokens. ValueError on anything else."""
+    if not folder.is_dir():
+        raise ValueError(f"--generated {folder}: not a folder")
+    files = sorted(folder.glob("*.txt"))
+    if not files:
+        raise ValueError(f"--generated {folder}: no token files (.txt)")
+    start = start_ids(tokenizer)
+    pieces = []
+    for path in files:
+        try:
+            ids = tokenizer.strings_to_ids(line for line in path.read_text().split() if line)
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"--generated {path}: not a {type(tokenizer).__name__} token file ({error})") from None
+        if ids[:len(start)] != start:
+            raise ValueError(f"--generated {path}: does not open with the start token (not unconditional)")
+        pieces.append((path.stem, ids))
+    return pieces
+
+
+def first_tokens(tokenizer: BaseTokenizer, ids: Sequence[int], count: int) -> list[int]:
+    """At most the first `count` ids, cut after the last whole event (as a generation of `count`
+    tokens ends) and without an end-of-sequence token."""
+    ids = strip_eos(ids[:count], tokenizer.eos_id)
+    grammar, complete = tokenizer.constraint_state(), 0
+    for position, token in enumerate(ids):
+        grammar.advance(token)
+        if grammar.allowed()[tokenizer.eos_id]:
+            complete = position + 1
+    return list(ids[:complete])
+
+
+def measure_generated(label: str, tokenizer: BaseTokenizer, pieces: Sequence[tuple[str, list[int]]],
+                      options: QualityOptions, start_len: int) -> list[QualityRow]:
+    """Rows of pieces generated elsewhere, each cut to its first `options.tokens` new tokens."""
+    rows = []
+    for name, ids in tqdm(pieces, desc=f"{label}: measuring", unit="piece", disable=not options.progress):
+        rows.append(QualityRow("unconditional", label, name,
+                               *measure_piece(tokenizer, first_tokens(tokenizer, ids, start_len + options.tokens))))
+    return rows
+
+
 def evaluate_quality(models: Sequence[tuple[str, Any]], options: Sequence[QualityOptions],
-                     real: Sequence[RealPiece], reference: str, out_dir: Path) -> str:
+                     real: Sequence[RealPiece], reference: str, out_dir: Path,
+                     generated: Sequence[tuple[str, list[tuple[str, list[int]]]]] = ()) -> str:
     """Measure the real pieces and every model's generations; write the outputs; return the tables.
 
     models: (label, training.checkpoint.Checkpoint), all with the same vocabulary; options: one per model
-    (they differ only in sampling); reference: the real pieces' origin, in words.
+    (they differ only in sampling); reference: the real pieces' origin, in words. With `generated`,
+    (label, read_generated's pieces) made elsewhere, nothing is generated: those pieces are measured,
+    and the first model only gives the tokenizer.
     """
     if not real:
         raise ValueError("no real pieces to compare with")
@@ -217,12 +263,18 @@ def evaluate_quality(models: Sequence[tuple[str, Any]], options: Sequence[Qualit
     start = start_ids(tokenizer)
     with AtomicOutputs() as outputs:
         rows = measure_real(tokenizer, real, first, len(start))
-        for (label, ckpt), option in zip(models, options):
-            rows += generate_and_measure(label, ckpt, real, option, start,
-                                         out_dir / "generated" / label.replace("/", "_"), outputs)
+        if generated:
+            for label, pieces in generated:
+                rows += measure_generated(label, tokenizer, pieces, first, len(start))
+        else:
+            for (label, ckpt), option in zip(models, options):
+                rows += generate_and_measure(label, ckpt, real, option, start,
+                                             out_dir / "generated" / label.replace("/", "_"), outputs)
         length = "whole pieces" if first.full_real else "cut to the same number of tokens"
         sampling = ", ".join(f"{label}: top_p {o.sampling.top_p:g}, temperature {o.sampling.temperature:g}"
                              for (label, _), o in zip(models, options))
+        if generated:
+            sampling = "pieces generated elsewhere (" + ", ".join(label for label, _ in generated) + ")"
         notes = {
             "unconditional": f"{first.pieces} pieces of {first.tokens} new tokens from the start token "
                              f"vs {reference} ({length}); {sampling}, seed {first.seed}.",

@@ -81,6 +81,11 @@ class TrainConfig:
     warmup_steps: int = 200  # linear warm-up from 0 to lr over this many steps
     max_steps: int = 100_000  # total optimisation steps (the length of the cosine schedule)
     max_epochs: Optional[int] = None  # if set, max_steps = max_epochs * batches per epoch instead
+    # a wall-time budget: after the first PLAN_AFTER steps, max_steps is set so that the run (its
+    # validations included) ends within this many minutes of the process's start, and the cosine
+    # schedule ends there; the run also stops, with a checkpoint, if the deadline passes. The planned
+    # max_steps replaces this field in the checkpoints, so --resume continues the same schedule
+    max_minutes: Optional[float] = None
     weight_decay: float = 0.0  # AdamW decoupled weight decay on weight matrices (0: plain Adam)
     betas: tuple[float, float] = (0.9, 0.999)  # Adam moment decay rates
     grad_clip: float = 0.5  # clip the global gradient norm to this (0: no clipping)
@@ -113,6 +118,10 @@ class TrainConfig:
         _at_most("train.seed", self.seed, TRAIN_SEED_MAX, "2**32 - 1")
         if self.max_epochs is not None:
             _at_least("train.max_epochs", self.max_epochs, 1)
+        if self.max_minutes is not None and not 0.0 < self.max_minutes < math.inf:
+            raise ValueError(f"train.max_minutes must be > 0 and finite, got {self.max_minutes}")
+        if self.max_minutes is not None and self.max_epochs is not None:
+            raise ValueError("train.max_minutes and train.max_epochs both set the length of a run: give one")
         _choice("train.cpu_allocator", self.cpu_allocator, ALLOCATORS)
         if not 0.0 < self.lr or not 0.0 <= self.min_lr <= self.lr:
             raise ValueError(f"train.lr must be > 0 and 0 <= train.min_lr <= train.lr, "

@@ -37,6 +37,10 @@ from training.runlog import RunLog, Window
 logger = logging.getLogger(__name__)
 
 
+PLAN_AFTER = 10  # steps timed (the first one left out) before a wall-time budget sets max_steps
+PLAN_MARGIN = 0.9  # share of the remaining wall time that the planned steps may fill
+
+
 class TrainingDiverged(RuntimeError):
     """The training loss became NaN or infinite."""
 
@@ -153,6 +157,7 @@ class Trainer:
         self.step = 0
         self.resumed = False
         self.stop_signal: int | None = None
+        self.clock = time.perf_counter  # wall clock of the budget (train.max_minutes) and of the logs
 
     # ------------------------------------------------------------------ resume
     def resume(self, checkpoint: Path) -> None:
@@ -187,7 +192,7 @@ class Trainer:
 
     # -------------------------------------------------------------------- loop
     def fit(self) -> int:
-        """Train to max_steps (or a stop signal); returns the exit status."""
+        """Train to max_steps, the wall-time budget's deadline or a stop signal; returns the exit status."""
         t = self.cfg.train
         log = RunLog(self.out, self.cfg, resume_step=self.step if self.resumed else None) \
             if self.is_main else None
@@ -199,38 +204,75 @@ class Trainer:
                         disable=not self.is_main, dynamic_ncols=True)
         window = Window()
         val_loss = math.nan
-        start = time.perf_counter()
+        start = self.clock()
+        deadline = start + 60.0 * t.max_minutes if t.max_minutes is not None else math.inf
+        first_step, timed_from = self.step, math.nan
         try:
             while self.step < t.max_steps:
                 loss, grad_norm, tokens = self.train_step()
                 window.add(loss, grad_norm, tokens)
                 progress.update(1)
+                now = self.clock()
+                if self.step == first_step + 1:
+                    timed_from = now
+                elif self.cfg.train.max_minutes is not None and self.step == first_step + PLAN_AFTER:
+                    self.plan_steps((now - timed_from) / (PLAN_AFTER - 1), deadline - now)
+                    t = self.cfg.train
+                    progress.total = t.max_steps
+                    progress.refresh()
+                out_of_time = self.past(deadline, now) and self.step < t.max_steps
+                last = self.step == t.max_steps or out_of_time
                 row = None
-                if self.step % t.log_every == 0 or self.step == t.max_steps:
+                if self.step % t.log_every == 0 or last:
                     row = window.flush(self.step, self.stream.epoch, learning_rate(self.step - 1, self.cfg))
                     progress.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}",
                                          tok_s=f"{row['tokens_per_s']:.0f}")
-                if (t.eval_every and self.step % t.eval_every == 0) or self.step == t.max_steps:
+                if (t.eval_every and self.step % t.eval_every == 0) or last:
                     val_loss = self.evaluate()
                     row = row or window.empty(self.step, self.stream.epoch)
                     row["val_loss"] = val_loss
                     logger.info("step %d: validation loss %.4f", self.step, val_loss)
                 if row is not None and log is not None:
-                    log.write(row, elapsed=time.perf_counter() - start)
+                    log.write(row, elapsed=self.clock() - start)
                 if self.should_stop():
                     logger.warning("stopping on signal %d at step %d", self.stop_signal, self.step)
                     self.save()
                     return 128 + self.stop_signal
-                if (t.ckpt_every and self.step % t.ckpt_every == 0) or self.step == t.max_steps:
+                if (t.ckpt_every and self.step % t.ckpt_every == 0) or last:
                     self.save()
+                if out_of_time:
+                    logger.warning("the wall-time budget ran out at step %d of %d", self.step, t.max_steps)
+                    break
         finally:
             progress.close()
             restore_stop_handlers(previous)
             if log is not None:
                 log.close()
         logger.info("done: %d steps in %.1f s, validation loss %.4f, run directory %s",
-                    self.step, time.perf_counter() - start, val_loss, self.out)
+                    self.step, self.clock() - start, val_loss, self.out)
         return 0
+
+    def past(self, deadline: float, now: float) -> bool:
+        """Whether the deadline has passed (agreed by all processes, so that they stop together)."""
+        if deadline == math.inf:
+            return False
+        if self.dist.world > 1:
+            return self.dist.mean([float(now >= deadline)], self.device)[0] > 0
+        return now >= deadline
+
+    def plan_steps(self, seconds_per_step: float, seconds_left: float) -> None:
+        """Set max_steps so that the remaining steps and their validations fill PLAN_MARGIN of the
+        wall time left (a validation batch is costed as a third of a training step: forward only);
+        the budget field is cleared, so checkpoints carry the planned schedule."""
+        t = self.cfg.train
+        per_step = seconds_per_step * (1.0 + (t.eval_batches / 3.0 / t.eval_every if t.eval_every else 0.0))
+        steps = self.step + max(1, int(PLAN_MARGIN * seconds_left / per_step))
+        if self.dist.world > 1:  # every process must stop at the same step
+            steps = int(self.dist.mean([float(steps)], self.device)[0])
+        logger.info("wall-time budget: %.2f s per step, %d steps planned (max_steps was %d)",
+                    seconds_per_step, steps, t.max_steps)
+        self.cfg = dataclasses.replace(self.cfg, train=dataclasses.replace(t, max_steps=steps,
+                                                                            max_minutes=None))
 
     def train_step(self) -> tuple[float, float, int]:
         """One optimisation step; returns (mean loss, gradient norm, target tokens) over processes."""

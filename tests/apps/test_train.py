@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import signal
+import types
 
 import pytest
 import torch
@@ -161,6 +162,44 @@ def test_learning_rate_schedule():
     assert rates[10] == pytest.approx(1e-3) and rates[60] == pytest.approx((1e-3 + 1e-5) / 2)
     assert rates[110] == pytest.approx(1e-5)
     assert all(a >= b for a, b in zip(rates[10:], rates[11:]))
+
+
+
+class TickingClock:
+    """A wall clock that advances by `tick` seconds at every reading."""
+
+    def __init__(self, tick: float) -> None:
+        self.now, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def test_wall_time_budget_plans_the_schedule(tmp_path, corpus_root, monkeypatch):
+    # each step reads the clock twice (log_every 1): 2 s per step, so 1 minute holds some 25 steps
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=TickingClock(1.0)))
+    config = config_file(tmp_path, corpus_root, train={"max_steps": 1000, "max_minutes": 1.0})
+    out = tmp_path / "run"
+    assert train.main(["--config", str(config), "--out", str(out)]) == 0
+    ckpt = load_checkpoint(out)
+    assert trainer.PLAN_AFTER < ckpt.step < 30
+    assert ckpt.config.train.max_steps == ckpt.step  # the planned schedule ran to its end ...
+    assert ckpt.config.train.max_minutes is None  # ... and --resume continues that schedule
+    rates = [float(r["lr"]) for r in metrics(out) if r["lr"]]
+    assert rates[-1] == pytest.approx(trainer.learning_rate(ckpt.step - 1, ckpt.config))
+    assert rates[-1] < 0.1 * max(rates)  # the cosine decay ended with the budget
+
+
+def test_wall_time_budget_stops_at_the_deadline(tmp_path, corpus_root, monkeypatch):
+    # 10 s per step: the minute runs out before the plan is made
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=TickingClock(5.0)))
+    config = config_file(tmp_path, corpus_root, train={"max_steps": 1000, "max_minutes": 1.0})
+    out = tmp_path / "run"
+    assert train.main(["--config", str(config), "--out", str(out)]) == 0
+    ckpt = load_checkpoint(out)
+    assert ckpt.step < trainer.PLAN_AFTER and ckpt.config.train.max_steps == 1000
+    assert metrics(out)[-1]["val_loss"]  # validated and saved where it stopped
 
 
 # ----------------------------------------------------------------------------- distributed

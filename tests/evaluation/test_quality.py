@@ -11,8 +11,8 @@ import miditoolkit
 import numpy as np
 import pytest
 
-from evaluation.quality import (RealPiece, continuation_start, drop_leading_silence, measure, prompt_of,
-                               statistics, target_met)
+from evaluation.quality import (RealPiece, continuation_start, drop_leading_silence, first_tokens, measure,
+                               prompt_of, statistics, target_met)
 from apps.evaluate import main
 from evaluation.quality_metrics import METRIC_NAMES, NotePiece, bar_lines, from_midi, piece_metrics
 from cli_helpers import exit_status
@@ -256,3 +256,36 @@ def test_quality_bad_input_is_one_line(case, tmp_path, capsys):
     assert {"missing_real_folder": "no such folder", "empty_real_folder": "no MIDI files",
             "bad_pieces": "--pieces", "missing_corpus": "--real DIR"}[case] in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_quality_of_pieces_generated_elsewhere(real_folder, tmp_path, capsys):
+    """--generated measures token files (as spe-generate writes them) cut to --tokens new tokens at a
+    whole event, and generates nothing; a file that is not an unconditional piece is one line."""
+    tokenizer = REMITokenizer()
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    for index, path in enumerate(sorted(real_folder.glob("song_*.mid"))[:3]):
+        ids = [i for i in tokenizer.encode(path) if i != tokenizer.eos_id]
+        (folder / f"piece_{index}.txt").write_text("\n".join(tokenizer.tokens_to_strings(ids)) + "\n")
+    out = tmp_path / "quality"
+    assert main(["quality", "--real", str(real_folder), "--generated", str(folder), "--tokens", "40",
+                 "--real-pieces", "5", "--out", str(out), "--no-progress"]) == 0
+    with (out / "quality.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["mode"] for r in rows} == {"unconditional"}
+    assert sorted(r["piece"] for r in rows if r["source"] == "elsewhere") == ["piece_0", "piece_1", "piece_2"]
+    assert not (out / "generated").exists()
+    ids = tokenizer.strings_to_ids((folder / "piece_0.txt").read_text().split())
+    cut = first_tokens(tokenizer, ids, 41)
+    assert len(cut) <= 41 and cut == ids[:len(cut)] and len(cut) > 30
+    grammar = tokenizer.constraint_state()
+    for token in cut:
+        grammar.advance(token)
+    assert grammar.allowed()[tokenizer.eos_id]  # a whole event ends the cut
+    assert "pieces generated elsewhere (elsewhere)" in capsys.readouterr().out
+
+    (folder / "piece_9.txt").write_text("Bar_None\nNot_A_Token\n")
+    assert exit_status(main, ["quality", "--real", str(real_folder), "--generated", str(folder),
+                              "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "piece_9.txt" in err[0] and not (tmp_path / "bad").exists()

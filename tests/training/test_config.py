@@ -32,11 +32,17 @@ def test_an_empty_or_non_mapping_config_names_the_file(tmp_path, text, found):
 
 @pytest.mark.parametrize("key, value", [("train.seed", 2**32), ("train.seed", -1), ("generate.seed", 2**64),
                                         ("generate.seed", -1), ("generate.temperature", float("inf")),
-                                        ("generate.temperature", float("nan")), ("generate.top_p", float("nan"))])
+                                        ("generate.temperature", float("nan")), ("generate.top_p", float("nan")),
+                                        ("train.max_minutes", 0.0), ("train.max_minutes", float("inf"))])
 def test_seeds_and_sampling_values_are_range_checked(tmp_path, key, value):
     section, name = key.split(".")
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         load_config(write(tmp_path, {section: {name: value}}))
+
+
+def test_a_wall_time_budget_and_epochs_are_exclusive(tmp_path):
+    with pytest.raises(ValueError, match="max_minutes and train.max_epochs"):
+        load_config(write(tmp_path, {"train": {"max_minutes": 5.0, "max_epochs": 2}}))
 
 
 def test_unknown_key_names_key_and_file(tmp_path):
