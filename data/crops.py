@@ -28,7 +28,12 @@ class CropDataset(Dataset):
     Item ``i`` is a crop of piece ``i % len(pieces)``: ``samples_per_piece`` crops per piece and epoch.
     The crop starts at a bar start (``tokenizer.bar_starts``) drawn uniformly among those that leave a
     full crop, plus the first bar start after them (so the end of the piece is seen too); a piece
-    shorter than the crop starts at its first bar. With ``max_bars`` the crop also stops before the
+    shorter than the crop starts at its first bar. With ``end_crops`` the crop that reaches the end (that
+    first bar start after them) is drawn with probability ``crop_len / len(piece)``, the share of the
+    piece one crop covers, and otherwise a full crop: a piece's last positions and its end token are then
+    trained about as often as its middle ones, instead of once in as many draws as the piece has bar
+    starts with a full crop after them (a 6,000-token song at crops of 2,048: once in about 55). With
+    ``max_bars`` the crop also stops before the
     ``max_bars``-th bar after its start (the paper's "at most 48 bars"). The transposition is drawn
     uniformly from ``-transpose .. +transpose`` (the paper: 6 for REMI, 5 for Groove2Groove), re-drawn
     (without replacement) while the crop would leave the tokenizer's pitch range. Padding uses
@@ -45,6 +50,7 @@ class CropDataset(Dataset):
         samples_per_piece: int = 1,
         max_bars: int | None = None,
         fim_rate: float = 0.0,
+        end_crops: bool = False,
     ):
         if not len(pieces):
             raise ValueError("CropDataset needs at least one piece")
@@ -58,6 +64,7 @@ class CropDataset(Dataset):
         self.samples_per_piece = samples_per_piece  # crops of each piece per epoch
         self.max_bars = max_bars  # crops end before this many bars (None: no limit)
         self.fim_rate = fim_rate  # fraction of crops rearranged for fill in the middle (REMI with markers)
+        self.end_crops = end_crops  # draw the crop reaching the piece's end with probability crop_len / length
         self.unscored = marker_ids(tokenizer)[:2] if fim_rate > 0 else ()  # markers that are never targets
         self.epoch = 0  # set by set_epoch; part of every draw's seed
         self.bar_starts = [self._starts(p) for p in self.pieces]  # per piece: sorted bar start indices
@@ -95,9 +102,13 @@ class CropDataset(Dataset):
     def draw_start(self, piece_index: int, rng: np.random.Generator) -> int:
         """A bar start of the piece: one leaving a full crop, or the first one after them."""
         starts = self.bar_starts[piece_index]
-        last_full = len(self.pieces[piece_index]) - (self.crop_len + 1)
-        count = int(np.searchsorted(starts, last_full, side="right"))  # starts with a full crop after them
-        count = min(count + 1, len(starts))  # ... and the next one
+        length = len(self.pieces[piece_index])
+        full = int(np.searchsorted(starts, length - (self.crop_len + 1), side="right"))  # starts with a full crop
+        count = min(full + 1, len(starts))  # ... and the next one, whose crop reaches the end
+        if self.end_crops and full < count:
+            if rng.random() < min(1.0, self.crop_len / length):
+                return int(starts[full])
+            return int(starts[rng.integers(max(full, 1))])
         return int(starts[rng.integers(count)])
 
     def cut(self, piece: np.ndarray, piece_index: int, start: int) -> np.ndarray:

@@ -273,8 +273,6 @@ def evaluate_quality(models: Sequence[tuple[str, Any]], options: Sequence[Qualit
         length = "whole pieces" if first.full_real else "cut to the same number of tokens"
         sampling = ", ".join(f"{label}: top_p {o.sampling.top_p:g}, temperature {o.sampling.temperature:g}"
                              for (label, _), o in zip(models, options))
-        if generated:
-            sampling = "pieces generated elsewhere (" + ", ".join(label for label, _ in generated) + ")"
         notes = {
             "unconditional": f"{first.pieces} pieces of {first.tokens} new tokens from the start token "
                              f"vs {reference} ({length}); {sampling}, seed {first.seed}.",
@@ -282,6 +280,10 @@ def evaluate_quality(models: Sequence[tuple[str, Any]], options: Sequence[Qualit
                             f"bars of real pieces, measured after the prompt, vs the real continuations "
                             f"of {reference} ({length}); {sampling}, seed {first.seed}.",
         }
+        if generated:
+            counts = ", ".join(f"{label}: {len(pieces)}" for label, pieces in generated)
+            notes["unconditional"] = (f"pieces generated elsewhere ({counts}), cut to their first "
+                                      f"{first.tokens} new tokens, vs {reference} ({length}).")
         return write_quality_outputs(rows, out_dir, notes, outputs)
 
 

@@ -56,6 +56,9 @@ class DataConfig:
     time_signatures: bool = True  # remi: emit TimeSig tokens where the meter changes
     max_pieces: Optional[int] = None  # default: use at most this many chorales; trio: pieces generated
     fim_rate: float = 0.0  # remi: fraction of training crops rearranged for fill in the middle (0: off)
+    # draw the crop that reaches a piece's end with probability crop_len / its length, so that endings
+    # (and the end token) are trained as often as middles (data.crops.CropDataset); False: once per bar start
+    end_crops: bool = False
 
     def validate(self) -> None:
         _choice("data.kind", self.kind, CORPUS_KINDS)

@@ -175,3 +175,27 @@ def test_validation_set(tok, pieces):
 def _is_slice(crop, piece) -> bool:
     piece = piece.tolist()
     return any(piece[s : s + len(crop)] == crop for s in range(len(piece) - len(crop) + 1))
+
+
+def test_end_crops_train_the_ending_as_often_as_the_middle(tok, pieces):
+    piece = max(pieces, key=len)
+    crop = 2 * CROP
+    draws = 600
+
+    def share_reaching_the_end(end_crops: bool) -> float:
+        ds = CropDataset([piece], tok, crop_len=crop, transpose=0, seed=5, samples_per_piece=draws,
+                         end_crops=end_crops)
+        ends = 0
+        for index in range(len(ds)):
+            inputs, targets = ds[index]
+            valid = int((targets != IGNORE_INDEX).sum())
+            assert inputs[0] == tok.vocab["Bar_None"]  # still bar-aligned
+            ends += valid < crop  # only the crop that reaches the end is padded
+        return ends / draws
+
+    starts = CropDataset([piece], tok, crop_len=crop).bar_starts[0]
+    full = int(np.searchsorted(starts, len(piece) - (crop + 1), side="right"))
+    assert full >= 8  # a piece with many crops' worth of bars
+    plain, balanced = share_reaching_the_end(False), share_reaching_the_end(True)
+    assert plain == pytest.approx(1 / (full + 1), abs=0.03)
+    assert balanced == pytest.approx(crop / len(piece), rel=0.2)

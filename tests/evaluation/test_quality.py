@@ -282,7 +282,7 @@ def test_quality_of_pieces_generated_elsewhere(real_folder, tmp_path, capsys):
     for token in cut:
         grammar.advance(token)
     assert grammar.allowed()[tokenizer.eos_id]  # a whole event ends the cut
-    assert "pieces generated elsewhere (elsewhere)" in capsys.readouterr().out
+    assert "pieces generated elsewhere (elsewhere: 3), cut to their first 40 new tokens" in capsys.readouterr().out
 
     (folder / "piece_9.txt").write_text("Bar_None\nNot_A_Token\n")
     assert exit_status(main, ["quality", "--real", str(real_folder), "--generated", str(folder),
