@@ -176,13 +176,19 @@ class TickingClock:
         return self.now
 
 
-def test_wall_time_budget_plans_the_schedule(tmp_path, corpus_root, monkeypatch):
-    # each step reads the clock twice (log_every 1): 2 s per step, so 1 minute holds some 25 steps
-    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=TickingClock(1.0)))
+def run_for_a_minute(tmp_path, corpus_root, monkeypatch, tick: float):
+    """A run of at most 1000 steps with a 1-minute budget whose clock advances `tick` s per reading;
+    returns (run directory, final checkpoint)."""
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=TickingClock(tick)))
     config = config_file(tmp_path, corpus_root, train={"max_steps": 1000, "max_minutes": 1.0})
     out = tmp_path / "run"
     assert train.main(["--config", str(config), "--out", str(out)]) == 0
-    ckpt = load_checkpoint(out)
+    return out, load_checkpoint(out)
+
+
+def test_wall_time_budget_plans_the_schedule(tmp_path, corpus_root, monkeypatch):
+    # each step reads the clock twice (log_every 1): 2 s per step, so 1 minute holds some 25 steps
+    out, ckpt = run_for_a_minute(tmp_path, corpus_root, monkeypatch, 1.0)
     assert trainer.PLAN_AFTER < ckpt.step < 30
     assert ckpt.config.train.max_steps == ckpt.step  # the planned schedule ran to its end ...
     assert ckpt.config.train.max_minutes is None  # ... and --resume continues that schedule
@@ -193,11 +199,7 @@ def test_wall_time_budget_plans_the_schedule(tmp_path, corpus_root, monkeypatch)
 
 def test_wall_time_budget_stops_at_the_deadline(tmp_path, corpus_root, monkeypatch):
     # 10 s per step: the minute runs out before the plan is made
-    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=TickingClock(5.0)))
-    config = config_file(tmp_path, corpus_root, train={"max_steps": 1000, "max_minutes": 1.0})
-    out = tmp_path / "run"
-    assert train.main(["--config", str(config), "--out", str(out)]) == 0
-    ckpt = load_checkpoint(out)
+    out, ckpt = run_for_a_minute(tmp_path, corpus_root, monkeypatch, 5.0)
     assert ckpt.step < trainer.PLAN_AFTER and ckpt.config.train.max_steps == 1000
     assert metrics(out)[-1]["val_loss"]  # validated and saved where it stopped
 
