@@ -41,7 +41,7 @@ WAYS = ("continuation", "unconditional", "free")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default="pop909", help="model (default: the shipped pop909)")
+    parser.add_argument("--checkpoint", default=None, help="model (default: the shipped default, pretrained/latest)")
     parser.add_argument("--corpus", default="corpus/pop909", help="token corpus with a test split")
     parser.add_argument("--songs", type=int, default=12, help="held-out songs (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
@@ -83,7 +83,8 @@ def main() -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    lines = [f"{args.checkpoint}: the real chords of bars {PROMPT_BARS + 1}-{PROMPT_BARS + BARS} of {len(songs)} "
+    model_name = args.checkpoint or ckpt.path.name
+    lines = [f"{model_name}: the real chords of bars {PROMPT_BARS + 1}-{PROMPT_BARS + BARS} of {len(songs)} "
              f"held-out songs of {args.corpus}, {BARS} bars written; bars whose recognised chord has the "
              f"requested root and family (seed {args.seed})", "",
              "| way | songs | bars following, mean | per song, min-max |", "|---|---:|---:|---:|"]
