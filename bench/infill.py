@@ -1,6 +1,6 @@
 """Rewrite these bars: how well a fill-in-the-middle model infills held-out songs.
 
-    python -m bench.infill --checkpoint runs/pop909_fim --plain pop909 --corpus corpus/pop909 --songs 30
+    python -m bench.infill --checkpoint pop909_infill --corpus corpus/pop909 --songs 30   # --plain: the default model
 
 For each held-out song of the corpus (its test split) with at least 2 * MARGIN + --bars bars, a span of
 --bars bars is drawn at random, at least MARGIN bars from either end. Measured per song:
@@ -90,7 +90,8 @@ def split_bars(tokenizer, ids: list[int]) -> list[list[int]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, help="the fill-in-the-middle model")
-    parser.add_argument("--plain", default="pop909", help="a left-to-right model to compare (default: %(default)s)")
+    parser.add_argument("--plain", default=None,
+                        help="a left-to-right model to compare (default: the shipped default, pretrained/latest)")
     parser.add_argument("--corpus", default="corpus/pop909", help="token corpus with a test split")
     parser.add_argument("--songs", type=int, default=30, help="held-out songs (default: %(default)s)")
     parser.add_argument("--bars", type=int, default=4, help="bars per span (default: %(default)s)")
@@ -105,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"corpus not found: {args.corpus}")
     torch.set_num_threads(args.threads)
     fim, plain = load_model(args.checkpoint), load_model(args.plain)
+    args.plain = args.plain or plain.path.name  # the shipped default, named in the table's command
     tokenizer = fim.tokenizer
     corpus = load_corpus(Path(args.corpus))
     rng = np.random.default_rng(args.seed)
