@@ -83,10 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.copy(run / name, out / name)
     if status not in (0, None):
         return 1
-    compare = args.compare
+    models = [item for model in [str(run), *args.compare] for item in ("--checkpoint", model)]
+    labels = [item for label in [LABEL, *args.compare] for item in ("--label", label)]
     for length in args.nll_lengths:
-        models = [item for model in [str(run), *compare] for item in ("--checkpoint", model)]
-        labels = [item for label in [LABEL, *compare] for item in ("--label", label)]
         phase(f"nll {length}", failures, lambda: apps.evaluate.main(
             ["nll", *models, *labels, "--split", "test", "--max-len", str(length), "--full-length",
              "--out", str(out / f"nll_{length}"), "--no-progress"]))
