@@ -9,7 +9,8 @@
 
 nll: per-position teacher-forced NLL on held-out pieces -> nll.csv, nll.png, nll_summary.{md,json}.
 groove: style similarity of continuations of 2-bar prompts (of a corpus split, or of the band MIDI files of
-    --real DIR) -> groove.csv (per model, metric, quarter), groove_similarity.{csv,png,md}.
+    --real DIR) -> groove.csv (per model, metric, quarter), groove_similarity.{csv,png,md}; the row "real
+    continuation" scores each piece's own next bars, the ceiling.
 pe: translation invariance and monotonicity per head -> pe_properties.{csv,md}.
 templates: learned SPE kernels with the gates applied -> templates_<model>_layer<l>.png.
 quality: muspy + MusDr metrics of generated vs real pieces -> quality.{md,csv}, quality_summary.csv,
@@ -216,7 +217,8 @@ def run_nll(args: argparse.Namespace) -> None:
 
 
 def run_groove(args: argparse.Namespace) -> None:
-    from evaluation.groove import GrooveOptions, band_pieces, evaluate_groove, write_groove_outputs
+    from evaluation.groove import (GrooveOptions, band_pieces, evaluate_groove, real_continuation_rows,
+                                   write_groove_outputs)
 
     set_threads(args.threads)
     models = load_models(args, token_format="groove")
@@ -236,7 +238,7 @@ def run_groove(args: argparse.Namespace) -> None:
     options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed,
                             sampling=SamplingConfig(top_p=args.top_p, temperature=args.temperature),
                             progress=not args.no_progress)
-    rows = []
+    rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options)  # the ceiling, first
     for label, ckpt in models:
         rows += evaluate_groove(label, ckpt, pieces, names, options)
     print(write_groove_outputs(rows, Path(args.out), skipped), end="")

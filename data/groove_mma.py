@@ -4,19 +4,13 @@ Groove2Groove (Cífka et al. 2020) renders chord charts with the commercial Band
 styles; this module does the same with MMA ("Musical MIDI Accompaniment", GPL-2, Debian package ``mma``:
 ``apt-get install mma``), run as an external program with its installed groove library.
 
-**Charts** come from POP909's annotations: ``NNN/chord_midi.txt`` (``start end label``, Harte labels) and
-``NNN/beat_midi.txt`` (a beat a row, time first, 1.0 in the last column on downbeats). A bar runs from one
-downbeat to the next; a song with under half its bars of 4 beats is skipped (not 4/4). Each half of a 4-beat
-bar takes the chord covering most of it (MMA: ``C / G /``, or ``C`` when both agree); a 3- or 5-beat bar, or
-a half bar without a chord (N, or under half covered), breaks the run. A chart is ``bars`` consecutive
-charted bars (default 16, the length of Groove2Groove's val/test files; 794 of POP909's 869 songs have
-one); a song gives up to ``charts_per_song`` non-overlapping charts spread over it. Tempo: the chart's median
-beat interval, clamped to 60..180 qpm. Harte qualities map to MMA's chord names by ``MMA_QUALITY`` (min7
-Cm7, maj6 C6, hdim7 Cm7b5, minmaj7 CmM7, sus4(b7) C7sus4...), a slash bass (``maj/3``) to ``C/E``.
-
 **Renditions.** Each chart is rendered in ``styles_per_chart`` grooves drawn from ``styles`` (default 2: pairs
 in two styles, as in Groove2Groove), each transposed by its own shift drawn from ``transpositions``
-(-5..+6). The draws depend only on (seed, song, chart) and MMA's randomness is seeded (``RndSeed``).
+(-5..+6). With ``articulation`` (low, high), each rendition also draws a percentage from that range and plays
+every track's notes at that fraction of their nominal length (``AllTracks Articulate N`` after the groove):
+the grooves' own articulation is one per style (about 90%), real bands vary it, and a model trained on one
+keeps it whatever its prompt plays. The draws depend only on (seed, song, chart) and MMA's randomness is
+seeded (``RndSeed``).
 
 **Tracks.** MMA names its MIDI tracks by type (``Drum``, ``Bass``, ``Walk``, ``Chord-Piano``, ``Arpeggio``,
 ``Plectrum``, ``Scale``, ``Solo``, ``Melody``, ``Aria``...). Drum tracks (channel 10) are merged into
@@ -31,6 +25,13 @@ check that it gives drums, bass and an accompaniment): rock 50sRock, 60sRock, So
 pop 8Beat, PopBallad, RockBallad, Ballad; funk / soul BVFunk, DSoul; latin BossaNova, Samba, Salsa, Rhumba,
 ChaCha, Mambo, Merengue, Tango; jazz Swing, JazzCombo, BigBand, ModernJazz; country CountrySwing, BlueGrass;
 caribbean Ska, Calypso (MMA has no reggae groove); disco BoneyM; blues Blues, ShuffleBoggie.
+``WIDE_STYLES`` (``--style-set wide``, 76) adds rock / pop JazzRock, BubbleRock, Twist, Rock128; funk / soul
+Strut, LFusion; electronic Trance; ballads GuitarBallad, PianoBallad, Ballad128; blues CountryBlues, SlowBlues,
+FastBlues, Blues128; country / folk HillCountry, Folk, WesternSwing, SlowCountry, Zydeco; jazz and swing
+EasySwing, FastSwing, Bebop, Dixie, Charleston, Jive, NiteJazz, MellowJazz, SlowJazz, SoftShoe, Foxtrot,
+QuickStep, Broadway; latin Beguine, Bolero, SlowBolero, Son, LightTango; Desert; and the variations 8BeatPlus,
+SoftRockSus, PopBalladPlus, BossaNovaPlus, SwingPlus, FolkRockPlus, BasicRockSus, 60sRockSus (Plus: an added
+arpeggio or solo line; Sus: sustained strings).
 
 **Layout:** Groove2Groove's ``out_dir/{train,val,test}/<song>_<chart>.<style>.mid``, split by source song from
 its number (n % 10 == 8 val, 9 test, else train), so no song is in two splits; ``out_dir/corpus.json``
@@ -38,6 +39,8 @@ describes every piece (chords as rendered, style, transposition, tempo) and the 
 and bars per split, skipped songs and renditions by reason).
 
     python -m data.groove_mma --out corpus/groove_mma [--songs N] [--styles BossaNova Swing] [--jobs 2]
+    python -m data.groove_mma --out corpus/groove_wide/midi --style-set wide --articulation 40 100 \
+        --charts-per-song 3 --styles-per-chart 3 --jobs 2
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ import miditoolkit
 import numpy as np
 from tqdm.auto import tqdm
 
+from data.pop909_charts import BEATS_PER_BAR, CHART_BARS, TEMPO_RANGE, Chart, Chord, Skipped, chart_song, load_song
 from groove.dataset import SPLITS
 from groove.roles import piece_from_midi
 
@@ -70,64 +74,21 @@ DEFAULT_STYLES = (
     "Swing", "JazzCombo", "BigBand", "ModernJazz", "CountrySwing", "BlueGrass", "Ska", "Calypso", "BoneyM",
     "Blues", "ShuffleBoggie",
 )
-CHART_BARS = 16  # bars per chart (module docstring)
+WIDE_STYLES = DEFAULT_STYLES + (  # 38 more 4/4 grooves, and 8 variations of default ones (Plus, Sus)
+    "JazzRock", "LFusion", "Strut", "Twist", "Jive", "Zydeco", "Trance", "BubbleRock", "CountryBlues", "SlowBlues",
+    "FastBlues", "HillCountry", "Folk", "GuitarBallad", "PianoBallad", "EasySwing", "FastSwing", "Bebop", "Dixie",
+    "Charleston", "Beguine", "Bolero", "Son", "SoftShoe", "Foxtrot", "QuickStep", "NiteJazz", "MellowJazz", "SlowJazz",
+    "WesternSwing", "SlowCountry", "LightTango", "Rock128", "Blues128", "Ballad128", "SlowBolero", "Broadway",
+    "Desert", "8BeatPlus", "SoftRockSus", "PopBalladPlus", "BossaNovaPlus", "SwingPlus", "FolkRockPlus",
+    "BasicRockSus", "60sRockSus",
+)
+STYLE_SETS = {"default": DEFAULT_STYLES, "wide": WIDE_STYLES}  # --style-set
 TRANSPOSITIONS = (-5, 6)  # lowest and highest transposition drawn, semitones
-TEMPO_RANGE = (60, 180)  # qpm the annotated tempo is clamped to
-BEATS_PER_BAR = 4
 MMA_TIMEOUT_S = 120  # per rendition
-ROOT_NAMES = ("C", "C#", "D", "Eb", "E", "F", "F#", "G", "Ab", "A", "Bb", "B")  # spelling of the rendered roots
-LETTERS = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}
-ACCIDENTALS = {"#": 1, "b": -1}
-MMA_QUALITY = {  # Harte quality (POP909's) -> MMA chord suffix
-    "maj": "", "min": "m", "7": "7", "maj7": "maj7", "min7": "m7", "maj6": "6", "min6": "m6", "dim": "dim",
-    "aug": "aug", "dim7": "dim7", "hdim7": "m7b5", "minmaj7": "mM7", "sus2": "sus2", "sus4": "sus4",
-    "sus4(b7)": "7sus4",
-}
-DEGREES = {  # Harte bass degree -> semitones above the root
-    "1": 0, "b2": 1, "2": 2, "#2": 3, "b3": 3, "3": 4, "4": 5, "#4": 6, "b5": 6, "5": 7, "#5": 8, "b6": 8,
-    "6": 9, "bb7": 9, "b7": 10, "7": 11,
-}
+ARTICULATION_MAX = 200  # highest Articulate percentage accepted (legato beyond 100)
 ACCOMPANIMENT_TYPES = ("chord", "arpeggio", "plectrum", "scale")  # MMA track types merged into the accompaniment
 GM_FAMILIES = ("Piano", "Chromatic", "Organ", "Guitar", "Keys", "Strings", "Ensemble", "Brass", "Reed", "Pipe",
                "Lead", "Pad", "Effects", "Ethnic", "Tuned", "Sounds")  # name per program // 8, no drum word
-
-
-class Skipped(Exception):
-    """A song that gives no chart, or a rendition that failed; ``reason`` is the category counted."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Chord:
-    """One chord of a chart."""
-
-    root: int  # pitch class, C = 0
-    quality: str  # Harte quality, a key of MMA_QUALITY
-    bass: int | None = None  # slash bass in semitones above the root (None: the root)
-
-    def mma(self, shift: int = 0) -> str:
-        """MMA's name of the chord transposed by ``shift`` semitones: ``C#m7``, ``F/A``."""
-        root = (self.root + shift) % 12
-        name = ROOT_NAMES[root] + MMA_QUALITY[self.quality]
-        return name if self.bass is None else f"{name}/{ROOT_NAMES[(root + self.bass) % 12]}"
-
-
-@dataclass
-class Chart:
-    """A chord chart cut from one POP909 song."""
-
-    song: str  # POP909 song number, e.g. "001"
-    index: int  # the chart's number within the song (in file names)
-    first_bar: int  # its first bar, counted among the song's annotated bars (downbeat to downbeat)
-    tempo: int  # qpm: the median beat interval of its bars, clamped to TEMPO_RANGE
-    halves: list[tuple[Chord, Chord]]  # chords of each bar's two half bars
-
-    def lines(self, shift: int = 0) -> list[str]:
-        """MMA's chord line of each bar: ``C / G /``, or ``C`` when both halves agree."""
-        return [a.mma(shift) if a == b else f"{a.mma(shift)} / {b.mma(shift)} /" for a, b in self.halves]
 
 
 @dataclass
@@ -140,6 +101,7 @@ class MmaPiece:
     split: str  # train / val / test
     style: str  # the MMA groove it is rendered in
     transposition: int  # semitones added to the chart's chords
+    articulation: int | None  # MMA's Articulate for every track, % of each note's nominal length (None: the groove's)
     tempo: int  # qpm
     bars: int  # length in 4/4 bars
     first_bar: int  # where the chart starts in the song (annotated bars)
@@ -171,86 +133,12 @@ def split_of(song: str) -> str:
     return {8: "val", 9: "test"}.get(int(song) % 10, "train")
 
 
-def parse_label(label: str) -> Chord | None:
-    """A Harte label (``C#:min7``, ``G:maj/3``, ``N``) -> a chord (None for N); ValueError naming it."""
-    if label == "N":
-        return None
-    root, _, rest = label.partition(":")
-    quality, _, degree = rest.partition("/")
-    if not root or root[0] not in LETTERS or any(a not in ACCIDENTALS for a in root[1:]) \
-            or quality not in MMA_QUALITY or (degree and degree not in DEGREES):
-        raise ValueError(f"unknown chord label {label!r}")
-    pitch = LETTERS[root[0]] + sum(ACCIDENTALS[a] for a in root[1:])
-    bass = DEGREES[degree] if degree and DEGREES[degree] else None
-    return Chord(pitch % 12, quality, bass)
-
-
-def load_song(folder: Path) -> tuple[np.ndarray, list[tuple[float, float, Chord | None]]]:
-    """(beats (N, 2): time in seconds and downbeat flag, chord spans) of one annotation folder."""
-    try:
-        rows = np.loadtxt(folder / "beat_midi.txt", ndmin=2)
-        spans = []
-        for line in (folder / "chord_midi.txt").read_text().splitlines():
-            if line.strip():
-                start, end, label = line.split()
-                spans.append((float(start), float(end), parse_label(label)))
-    except (OSError, ValueError) as err:
-        raise Skipped("unreadable annotation", str(err)) from err
-    return np.stack([rows[:, 0], rows[:, -1] == 1.0], axis=1), sorted(spans, key=lambda s: s[0])
-
-
-def _half_chord(spans: list, ends: np.ndarray, low: float, high: float) -> Chord | None:
-    """The chord covering most of [low, high), None if that is N or covers under half of it."""
-    cover: Counter = Counter()
-    for k in range(int(np.searchsorted(ends, low, side="right")), len(spans)):
-        start, end, chord = spans[k]
-        if start >= high:
-            break
-        cover[chord] += min(end, high) - max(start, low)
-    if not cover:
-        return None
-    chord, seconds = cover.most_common(1)[0]
-    return chord if seconds >= (high - low) / 2 else None
-
-
-def chart_song(song: str, beats: np.ndarray, spans: list, bars: int = CHART_BARS,
-               charts_per_song: int = 1) -> list[Chart]:
-    """Up to ``charts_per_song`` charts of ``bars`` bars (module docstring); Skipped when none."""
-    times, downbeats = beats[:, 0], np.flatnonzero(beats[:, 1])
-    lengths = np.diff(downbeats)
-    if not len(lengths) or np.mean(lengths == BEATS_PER_BAR) < 0.5:
-        raise Skipped("not 4/4", f"{np.mean(lengths == BEATS_PER_BAR) if len(lengths) else 0:.0%} 4-beat bars")
-    ends = np.maximum.accumulate(np.array([end for _, end, _ in spans]))  # sorted, for the search
-    halves: list[tuple[Chord, Chord] | None] = []
-    for first, length in zip(downbeats[:-1], lengths):
-        if length != BEATS_PER_BAR:
-            halves.append(None)
-            continue
-        low, mid, high = times[first], times[first + 2], times[first + BEATS_PER_BAR]
-        pair = (_half_chord(spans, ends, low, mid), _half_chord(spans, ends, mid, high))
-        halves.append(pair if None not in pair else None)
-    starts, run = [], 0  # first bars of the non-overlapping windows inside runs of charted bars
-    for bar, pair in enumerate(halves):
-        run = run + 1 if pair is not None else 0
-        if run == bars:
-            starts.append(bar - bars + 1)
-            run = 0
-    if not starts:
-        raise Skipped(f"no run of {bars} charted 4/4 bars")
-    chosen = sorted({starts[i] for i in np.linspace(0, len(starts) - 1, min(charts_per_song, len(starts))).round()
-                     .astype(int)})
-    charts = []
-    for index, first in enumerate(chosen):
-        beat_times = times[downbeats[first]:downbeats[first + bars] + 1]
-        qpm = int(round(60.0 / float(np.median(np.diff(beat_times)))))
-        charts.append(Chart(song, index, first, int(np.clip(qpm, *TEMPO_RANGE)), halves[first:first + bars]))
-    return charts
-
-
-def mma_song(chart: Chart, style: str, shift: int, seed: int) -> str:
-    """The MMA song file of one rendition."""
+def mma_song(chart: Chart, style: str, shift: int, seed: int, articulation: int | None = None) -> str:
+    """The MMA song file of one rendition; ``articulation`` overrides the groove's note lengths (%)."""
     head = [f"// POP909 song {chart.song}, chart {chart.index}, transposed {shift:+d}", f"RndSeed {seed}",
             f"Tempo {chart.tempo}", f"Groove {style}"]
+    if articulation is not None:
+        head.append(f"AllTracks Articulate {articulation}")
     return "\n".join(head + [f"{bar} {line}" for bar, line in enumerate(chart.lines(shift), 1)]) + "\n"
 
 
@@ -333,11 +221,12 @@ def check_styles(styles: Sequence[str], mma: str = "mma") -> None:
         raise ValueError(f"unusable MMA styles: {'; '.join(bad)}")
 
 
-def _render(task: tuple[Chart, str, int, int, Path, str]) -> str | None:
-    """Render one (chart, style, shift, seed, path, mma) task; None when written, else the skip reason."""
-    chart, style, shift, seed, path, mma = task
+def _render(task: tuple[Chart, str, int, int, int | None, Path, str]) -> str | None:
+    """Render one (chart, style, shift, seed, articulation, path, mma) task; None when written, else the skip
+    reason."""
+    chart, style, shift, seed, articulation, path, mma = task
     try:
-        band_midi(run_mma(mma_song(chart, style, shift, seed), mma), len(chart.halves)).dump(str(path))
+        band_midi(run_mma(mma_song(chart, style, shift, seed, articulation), mma), len(chart.halves)).dump(str(path))
     except (Skipped, subprocess.TimeoutExpired) as err:
         logger.warning("skipped %s: %s", path.name, err)
         return f"rendition: {getattr(err, 'reason', 'mma timed out')}"
@@ -348,10 +237,12 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
                      styles: Sequence[str] = DEFAULT_STYLES, pieces: int | Sequence[str] | None = None,
                      bars: int = CHART_BARS, transpositions: tuple[int, int] = TRANSPOSITIONS, seed: int = 0,
                      jobs: int = 1, charts_per_song: int = 1, styles_per_chart: int = 2,
-                     progress: bool = True) -> MmaCorpus:
+                     articulation: tuple[int, int] | None = None, progress: bool = True) -> MmaCorpus:
     """Render POP909's chord charts with MMA into a Groove2Groove-layout corpus (module docstring).
 
     ``pieces``: the songs used, a number (the first N song folders) or song names; None: all of them.
+    ``articulation``: (low, high) percentages; each rendition draws one and plays every track's notes at that
+    fraction of their nominal length (MMA's ``AllTracks Articulate``); None keeps each groove's own.
     ``jobs``: renditions run at once. Files an earlier build listed in ``out_dir/corpus.json`` are removed.
     """
     mma = require_mma()  # user errors first, before any work
@@ -360,6 +251,9 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
         raise FileNotFoundError(f"{annotations}: no such annotations folder (POP909's NNN/chord_midi.txt)")
     if min(bars, charts_per_song, styles_per_chart) < 1 or transpositions[0] > transpositions[1]:
         raise ValueError("bars, charts per song and styles per chart must be at least 1, transpositions (low, high)")
+    if articulation is not None and not 1 <= articulation[0] <= articulation[1] <= ARTICULATION_MAX:
+        raise ValueError(f"articulation must be (low, high) with 1 <= low <= high <= {ARTICULATION_MAX}, "
+                         f"got {tuple(articulation)}")
     check_styles(styles, mma)
     songs = sorted(p.name for p in annotations.iterdir() if (p / "chord_midi.txt").is_file())
     if isinstance(pieces, int):
@@ -377,11 +271,13 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
             continue
         for chart in charts:
             rng = np.random.default_rng([seed, int(song), chart.index])
+            lengths = np.random.default_rng([seed, int(song), chart.index, 1])  # apart: same styles and shifts
             chosen = rng.choice(len(styles), size=min(styles_per_chart, len(styles)), replace=False)
             for style in (styles[int(i)] for i in chosen):
                 shift = int(rng.integers(transpositions[0], transpositions[1] + 1))
                 path = root / split_of(song) / f"{song}_{chart.index}.{style}.mid"
-                tasks.append((chart, style, shift, int(rng.integers(2**31)), path, mma))
+                drawn = None if articulation is None else int(lengths.integers(articulation[0], articulation[1] + 1))
+                tasks.append((chart, style, shift, int(rng.integers(2**31)), drawn, path, mma))
     previous = root / "corpus.json"
     if previous.is_file():
         for old in (Path(piece["path"]) for piece in json.loads(previous.read_text()).get("pieces", [])):
@@ -393,14 +289,14 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = tqdm(pool.map(_render, tasks), total=len(tasks), desc="MMA renditions", unit="file",
                         disable=not progress)
-        for (chart, style, shift, _, path, _), reason in zip(tasks, outcomes):
+        for (chart, style, shift, _, drawn, path, _), reason in zip(tasks, outcomes):
             if reason is not None:
                 skipped[reason] += 1
                 continue
             split = path.parent.name
             result.splits[split].append(path)
             result.pieces.append(MmaPiece(path.name.split(".")[0], chart.song, chart.index, split, style, shift,
-                                          chart.tempo, bars, chart.first_bar, chart.lines(shift),
+                                          drawn, chart.tempo, bars, chart.first_bar, chart.lines(shift),
                                           path.relative_to(root).as_posix()))
     result.skipped = dict(sorted(skipped.items()))
     splits = {split: {"pieces": len(members), "songs": len({p.song for p in members}), "bars": len(members) * bars}
@@ -410,6 +306,7 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
         "source": str(annotations.resolve()),
         "songs": pieces if pieces is None or isinstance(pieces, int) else list(pieces),
         "seed": seed, "bars": bars, "charts_per_song": charts_per_song, "styles_per_chart": styles_per_chart,
+        "articulation": None if articulation is None else list(articulation),
         "transpositions": list(transpositions), "tempo_range": list(TEMPO_RANGE), "styles": result.styles,
         "splits": splits, "skipped": result.skipped, "pieces": [asdict(p) for p in result.pieces],
     }
@@ -436,7 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="corpus folder (train/, val/, test/, corpus.json)")
     parser.add_argument("--annotations", default=str(DEFAULT_ANNOTATIONS), help="POP909 annotations folder")
     parser.add_argument("--songs", type=int, default=None, help="use the first N songs (default: all)")
-    parser.add_argument("--styles", nargs="+", default=list(DEFAULT_STYLES), help="MMA grooves to draw from")
+    parser.add_argument("--styles", nargs="+", default=None, help="MMA grooves to draw from (default: the style set)")
+    parser.add_argument("--style-set", choices=sorted(STYLE_SETS), default="default",
+                        help="default: 30 grooves; wide: 76 (module docstring)")
+    parser.add_argument("--articulation", type=int, nargs=2, default=None, metavar=("LOW", "HIGH"),
+                        help="draw each rendition's note lengths, %% of nominal (default: each groove's own)")
     parser.add_argument("--bars", type=int, default=CHART_BARS, help="bars per chart")
     parser.add_argument("--charts-per-song", type=int, default=1)
     parser.add_argument("--styles-per-chart", type=int, default=2)
@@ -445,9 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        build_mma_corpus(args.out, args.annotations, args.styles, args.songs, args.bars, seed=args.seed,
-                         jobs=args.jobs, charts_per_song=args.charts_per_song,
-                         styles_per_chart=args.styles_per_chart)
+        build_mma_corpus(args.out, args.annotations, args.styles or STYLE_SETS[args.style_set], args.songs,
+                         args.bars, seed=args.seed, jobs=args.jobs, charts_per_song=args.charts_per_song,
+                         styles_per_chart=args.styles_per_chart,
+                         articulation=None if args.articulation is None else tuple(args.articulation))
     except (RuntimeError, FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     return 0

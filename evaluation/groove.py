@@ -29,6 +29,7 @@ from groove.roles import TRACKS, piece_from_midi
 from tokenization import BaseTokenizer, TokenizationError, declared_meters, load_midi, midi_files
 
 logger = logging.getLogger(__name__)
+REAL_LABEL = "real continuation"  # label of the rows scored by the pieces' own continuations
 
 
 @dataclass
@@ -54,6 +55,23 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
     """Similarity rows of one model over the held-out pieces (pieces too short are skipped)."""
     tokenizer, model = ckpt.tokenizer, ckpt.model
     generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
+
+    def continue_prompt(prompt: list[int], ids: list[int]) -> list[int]:
+        return generate(model, tokenizer, prompt, options.tokens - len(prompt), options.sampling, generator).tokens
+
+    return _similarity_rows(label, tokenizer, pieces, names, options, continue_prompt)
+
+
+def real_continuation_rows(tokenizer: BaseTokenizer, pieces: Sequence[np.ndarray], names: Sequence[str],
+                           options: GrooveOptions, label: str = REAL_LABEL) -> list[SimilarityRow]:
+    """The rows that each piece's own continuation (its next tokens after the prompt) scores: the ceiling a
+    model's continuations are read against, since a quarter is never the whole piece."""
+    return _similarity_rows(label, tokenizer, pieces, names, options, lambda prompt, ids: ids[:options.tokens])
+
+
+def _similarity_rows(label: str, tokenizer: BaseTokenizer, pieces: Sequence[np.ndarray], names: Sequence[str],
+                     options: GrooveOptions, continue_prompt: Any) -> list[SimilarityRow]:
+    """Rows of `continue_prompt(prompt, ids) -> tokens` over the pieces with more than the prompt's bars."""
     rows = []
     for piece, name in tqdm(list(zip(pieces, names)), desc=f"continuing ({label})", unit="piece",
                             disable=not options.progress):
@@ -63,9 +81,8 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
             logger.info("skipped %s: fewer than %d bars within %d tokens", name, options.prompt_bars + 1,
                         options.tokens)
             continue
-        result = generate(model, tokenizer, prompt, options.tokens - len(prompt), options.sampling,
-                          generator)
-        for metric, values in score_continuation(tokenizer, result.tokens, len(prompt), ids).items():
+        tokens = continue_prompt(prompt, ids)
+        for metric, values in score_continuation(tokenizer, tokens, len(prompt), ids).items():
             rows += [SimilarityRow(label, name, metric, q + 1, float(v)) for q, v in enumerate(values)]
     if not rows:
         raise ValueError(f"no held-out piece has more than {options.prompt_bars} bars within "

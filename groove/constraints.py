@@ -10,6 +10,12 @@ invalid when it is (``GrooveConstraintState`` implements the ``tokenization.Cons
 * a ``TimeShift`` (0, o) with o not after the current offset in the beat (a backward or null shift);
 * ``Start_None`` anywhere but as the first token;
 * anything after ``End_None`` except more ``End_None`` (the padding).
+
+``allowed`` also applies a sampling policy that ``accepts`` (validity, decoding) does not: no note is held
+longer than ``hold_limit`` ticks (``HOLD_LIMIT``, two bars). A time shift past the deadline of the earliest
+sounding note is masked, and once a note reaches its deadline only the NoteOffs of such notes remain.
+Without it a sampled note that is never closed drones on for dozens of bars and, since a sounding pitch
+cannot be struck again on its track, takes that pitch away from the rest of the piece.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import numpy as np
 
 from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
 from groove.vocab import NOTE_OFF, NOTE_ON, TIME_SHIFT, GrooveTokenTable, shift_target
+
+HOLD_LIMIT = 2 * TICKS_PER_BAR  # longest note sampling may hold, in ticks (module docstring)
 from tokenization import ConstraintState
 
 
@@ -37,13 +45,18 @@ class ClosedNote:
 class GrooveConstraintState(ConstraintState):
     """Incremental grammar state: current time, sounding notes, start/end seen."""
 
-    def __init__(self, table: GrooveTokenTable):
+    def __init__(self, table: GrooveTokenTable, hold_limit: int | None = HOLD_LIMIT):
         self.table = table
+        self.hold_limit = hold_limit  # ticks a note may sound in sampled sequences (None: no limit)
         self.time = 0  # current tick (12 per beat)
         self.sounding: dict[tuple[int, int], int] = {}  # (track, pitch) -> onset tick
         self.length = 0  # tokens consumed so far
         self.ended = False  # End_None has been consumed
         self._shift_masks = self._build_shift_masks(table)
+        is_shift = table.kind == TIME_SHIFT
+        self._shift_ids = np.flatnonzero(is_shift)  # (S,) ids of the time shifts
+        self._shift_beats = table.beats[is_shift].astype(np.int64)  # (S,)
+        self._shift_offsets = table.offset[is_shift].astype(np.int64)  # (S,)
 
     @staticmethod
     def _build_shift_masks(table: GrooveTokenTable) -> np.ndarray:
@@ -69,7 +82,21 @@ class GrooveConstraintState(ConstraintState):
         for (track, pitch), onset in self.sounding.items():
             mask[table.note_on[track, pitch]] = False
             mask[table.note_off[track, pitch]] = onset < self.time
+        if self.hold_limit is not None and self.sounding:
+            self._limit_holds(mask)
         return mask
+
+    def _limit_holds(self, mask: np.ndarray) -> None:
+        """Apply ``hold_limit`` to an ``allowed`` mask in place (module docstring)."""
+        table = self.table
+        deadline = min(self.sounding.values()) + self.hold_limit
+        if self.time >= deadline:
+            mask[:] = False
+            for (track, pitch), onset in self.sounding.items():
+                mask[table.note_off[track, pitch]] = self.time - onset >= self.hold_limit
+            return
+        targets = shift_target(self.time, self._shift_beats, self._shift_offsets)  # (S,) ticks
+        mask[self._shift_ids[targets > deadline]] = False
 
     def accepts(self, idx: int) -> bool:
         """Whether token ``idx`` may come next."""

@@ -161,7 +161,10 @@ def test_groove_similarity_of_continuations(groove_corpus, tmp_path):
     assert main(["groove", "--checkpoint", str(run), "--out", str(out), "--tokens", "120",
                  "--max-pieces", "2", "--no-progress"]) == 0
     rows = read_csv(out / "groove_similarity.csv")
-    assert len(rows) == 2 * 2 * 4  # pieces x metrics x quarters
+    assert len(rows) == 2 * 2 * 2 * 4  # (the pieces' own continuation, the model) x pieces x metrics x quarters
+    assert [r["model"] for r in rows[::16]] == ["real continuation", "groove_run"]
+    real = [r for r in rows if r["model"] == "real continuation"]
+    assert sum(float(r["similarity"]) for r in real) / len(real) > 0.5
     assert {r["metric"] for r in rows} == {"onset_duration", "time_pitch"}
     assert all(0.0 <= float(r["similarity"]) <= 1.0 + 1e-9 for r in rows)
     assert (out / "groove_similarity.png").read_bytes()[:8] == PNG_MAGIC
@@ -184,7 +187,8 @@ def test_groove_continues_a_folder_of_real_band_midi(groove_corpus, tmp_path):
                  "--no-progress"]) == 0
     rows = read_csv(out / "groove.csv")
     assert list(rows[0]) == ["model", "metric", "quarter", "mean", "std", "pieces"]
-    assert len(rows) == 2 * 4 and {r["pieces"] for r in rows} == {"2"}
+    assert len(rows) == 2 * 2 * 4 and {r["pieces"] for r in rows} == {"2"}
+    assert {r["model"] for r in rows} == {"real continuation", "groove_run"}
     pieces = {r["piece"] for r in read_csv(out / "groove_similarity.csv")}
     assert pieces == {"song0.mid", "song1.mid"}
     text = (out / "groove_similarity.md").read_text()

@@ -11,79 +11,18 @@ import numpy as np
 import pytest
 
 import data.groove_mma as gm
+from data.pop909_charts import ROOT_NAMES, Chart, Chord
 from groove import GrooveTokenizer
 from groove.dataset import SPLITS, list_splits, style_of
-from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
+from groove.roles import ACCOMPANIMENT, BASS, TICKS_PER_BAR, TICKS_PER_BEAT
 
 ANNOTATIONS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pop909_annotations"
 SONGS = ["001", "008", "009"]  # one song per split (train, val, test)
 STYLES = ["BossaNova", "8Beat"]
-PITCH_CLASS = {name: pc for pc, name in enumerate(gm.ROOT_NAMES)}
+PITCH_CLASS = {name: pc for pc, name in enumerate(ROOT_NAMES)}
 
 
 # ------------------------------------------------------------------ without mma
-@pytest.mark.parametrize("label, name", [
-    ("C:maj", "C"), ("A:min", "Am"), ("G:7", "G7"), ("F:maj7", "Fmaj7"), ("D:min7", "Dm7"), ("Bb:maj6", "Bb6"),
-    ("E:min6", "Em6"), ("B:dim", "Bdim"), ("C#:aug", "C#aug"), ("F#:dim7", "F#dim7"), ("B:hdim7", "Bm7b5"),
-    ("C:minmaj7", "CmM7"), ("D:sus2", "Dsus2"), ("G:sus4", "Gsus4"), ("A:sus4(b7)", "A7sus4"), ("C:maj/3", "C/E"),
-    ("A:min/b3", "Am/C"), ("G:7/b7", "G7/F"), ("Db:maj/5", "C#/Ab"), ("F:maj/1", "F"), ("Eb:maj7/7", "Ebmaj7/D"),
-])
-def test_harte_to_mma_names(label, name):
-    assert gm.parse_label(label).mma() == name
-
-
-def test_harte_transposition_and_errors():
-    assert gm.parse_label("N") is None
-    assert gm.parse_label("E:min7").mma(shift=-5) == "Bm7"
-    assert gm.parse_label("C:maj/3").mma(shift=6) == "F#/Bb"
-    for bad in ("C:9", "H:maj", "C:maj/9", "Cmaj"):
-        with pytest.raises(ValueError, match="unknown chord label"):
-            gm.parse_label(bad)
-
-
-def _beats(bar_beats: list[int], seconds: float = 0.5) -> np.ndarray:
-    """Beat rows (time, downbeat flag) for bars of these numbers of beats, and the closing downbeat."""
-    flags = [float(b == 0) for n in bar_beats for b in range(n)] + [1.0]
-    return np.stack([np.arange(len(flags)) * seconds, flags], axis=1)
-
-
-def _spans(beats: np.ndarray, halves: list[tuple[str, str]], jitter: float = 0.2) -> list:
-    """Chord spans of two beats each from beat 0 (labels per half bar), moved ``jitter`` beats early."""
-    step = beats[1, 0] - beats[0, 0]
-    labels = [label for pair in halves for label in pair]
-    return [(max(0.0, (2 * i - jitter) * step), (2 * i + 2 - jitter) * step, gm.parse_label(label))
-            for i, label in enumerate(labels)]
-
-
-def test_chart_cutting():
-    beats = _beats([4] * 10)
-    halves = [("C:maj", "G:maj") if bar % 2 == 0 else ("F:maj", "F:maj") for bar in range(10)]
-    charts = gm.chart_song("123", beats, _spans(beats, halves), bars=4, charts_per_song=5)
-    assert [(c.index, c.first_bar) for c in charts] == [(0, 0), (1, 4)]  # non-overlapping, bar 8.. too short
-    assert charts[0].lines() == ["C / G /", "F", "C / G /", "F"]
-    assert charts[1].lines(shift=2) == ["D / A /", "G", "D / A /", "G"]
-    assert all(c.tempo == 120 and len(c.halves) == 4 for c in charts)
-    (only,) = gm.chart_song("123", beats, _spans(beats, halves), bars=4, charts_per_song=1)
-    assert only.first_bar == 0
-    fast = _beats([4] * 4, seconds=0.2)  # 300 qpm: clamped
-    assert gm.chart_song("1", fast, _spans(fast, halves[:4]), bars=4)[0].tempo == gm.TEMPO_RANGE[1]
-
-
-def test_chart_runs_break_on_odd_bars_and_no_chord():
-    beats = _beats([4] * 5 + [3] + [4] * 6)  # a 3-beat bar after bar 4: runs of 5 and 6 bars
-    labels = [("C:maj", "C:maj")] * 12
-    assert [c.first_bar for c in gm.chart_song("1", beats, _spans(beats, labels), 5, 5)] == [0, 6]
-    beats = _beats([4] * 8)
-    labels = [("C:maj", "A:min")] * 3 + [("N", "C:maj")] + [("C:maj", "A:min")] * 4
-    assert [c.first_bar for c in gm.chart_song("1", beats, _spans(beats, labels), 3, 5)] == [0, 4]
-    with pytest.raises(gm.Skipped, match="no run of 5 charted 4/4 bars") as err:
-        gm.chart_song("1", beats, _spans(beats, labels), 5)
-    assert err.value.reason == "no run of 5 charted 4/4 bars"
-    with pytest.raises(gm.Skipped, match="not 4/4") as err:
-        gm.chart_song("1", _beats([3] * 8), [], 4)
-    assert err.value.reason == "not 4/4"
-
-
 def test_split_of_is_by_song_number():
     assert [gm.split_of(s) for s in ("001", "008", "009", "010", "018", "909")] == \
         ["train", "val", "test", "train", "val", "test"]
@@ -112,6 +51,20 @@ def test_mma_tracks_are_merged_onto_three_roles():
     assert sorted(p for _, p, _ in acc) == [48, 60, 64, 65, 67]  # chord, arpeggio, Bass-Sax; no solo, no bar 3
     piece = GrooveTokenizer().parse(band)
     assert piece.drums and piece.bass and len(piece.candidates) == 1
+
+
+def test_articulation_follows_the_groove_line():
+    chart = Chart("001", 0, 0, 100, [(Chord(0, "maj"), Chord(7, "7"))])
+    plain = gm.mma_song(chart, "8Beat", 2, 7).splitlines()
+    shaped = gm.mma_song(chart, "8Beat", 2, 7, articulation=55).splitlines()
+    assert not any("Articulate" in line for line in plain)
+    assert shaped == plain[:4] + ["AllTracks Articulate 55"] + plain[4:]  # after Groove, which sets its own
+    assert shaped[-1] == "1 D / A7 /"
+
+
+def test_style_sets():
+    assert gm.STYLE_SETS["default"] == gm.DEFAULT_STYLES and len(gm.DEFAULT_STYLES) == 30
+    assert gm.WIDE_STYLES[:30] == gm.DEFAULT_STYLES and len(set(gm.WIDE_STYLES)) == len(gm.WIDE_STYLES) == 76
 
 
 def test_missing_mma_and_annotations_are_one_line_errors(tmp_path, monkeypatch, capsys):
@@ -199,3 +152,27 @@ def test_tiny_corpus_is_reproducible(tiny_corpus, tmp_path):
     again = gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], charts_per_song=1, progress=False)
     for piece in again.pieces:
         assert (tmp_path / piece.path).read_bytes() == (corpus.root / piece.path).read_bytes()
+
+
+def _median_length(root: Path, paths: list[str], role: int) -> float:
+    """Median note length (grid ticks) of one role over the files."""
+    tokenizer = GrooveTokenizer()
+    return float(np.median([end - start for path in paths
+                            for start, end, _ in tokenizer.parse(root / path).tracks()[role]]))
+
+
+def test_drawn_articulation_shortens_the_notes_and_is_recorded(tiny_corpus, tmp_path):
+    corpus, description = tiny_corpus
+    with pytest.raises(ValueError, match="articulation must be"):
+        gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], articulation=(50, 40))
+    short = gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], charts_per_song=1,
+                                articulation=(40, 40), progress=False)
+    written = json.loads((tmp_path / "corpus.json").read_text())
+    assert written["articulation"] == [40, 40] and {p["articulation"] for p in written["pieces"]} == {40}
+    assert description["articulation"] is None and {p["articulation"] for p in description["pieces"]} == {None}
+    paths = [p.path for p in short.pieces]
+    assert [(p.style, p.transposition) for p in short.pieces] == \
+        [(p["style"], p["transposition"]) for p in description["pieces"] if p["path"] in paths]  # same draws
+    for role in (BASS, ACCOMPANIMENT):
+        assert _median_length(tmp_path, paths, role) < 0.6 * _median_length(corpus.root, paths, role)
+

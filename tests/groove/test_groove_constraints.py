@@ -3,6 +3,8 @@ import pytest
 from groove_helpers import make_music
 
 from groove import Augmentation, GrooveTokenizer
+from groove.constraints import HOLD_LIMIT, GrooveConstraintState
+from groove.roles import TICKS_PER_BEAT
 
 
 @pytest.fixture(scope="module")
@@ -11,8 +13,9 @@ def tok():
 
 
 def _accept(tok, ids):
-    """Feed ids one by one; every one must be allowed, and allowed() must agree with accepts()."""
-    state = tok.constraint_state()
+    """Feed ids one by one; every one must be allowed, and allowed() must agree with accepts() (without the
+    sampling policy on note lengths)."""
+    state = GrooveConstraintState(tok.table, hold_limit=None)
     for step, idx in enumerate(ids):
         mask = state.allowed()
         assert mask.shape == (794,) and mask.dtype == bool
@@ -68,11 +71,30 @@ def test_sampling_under_the_mask_decodes_cleanly(tok):
         report = tok.decode_with_report(ids)
         assert report.skipped == 0
         assert sum(len(t.notes) for t in report.music.tracks) > 0
+        assert report.music.resolution == TICKS_PER_BEAT
+        assert max(n.duration for t in report.music.tracks for n in t.notes) <= HOLD_LIMIT
 
 
-def test_unmasked_sampling_is_caught(tok):
-    """Without the mask, random sequences contain invalid events that decode counts."""
-    rng = np.random.default_rng(2)
-    ids = rng.integers(2, 794, size=400)
-    assert tok.decode_with_report(ids).skipped > 0
-    assert tok.decode_with_report(tok.encode(make_music({"bass": [(0, 5, 40)]}))).skipped == 0
+def test_hold_limit_closes_long_notes_in_sampling_only(tok):
+    ids = tok.vocab.ids
+    state = tok.constraint_state()
+    assert state.hold_limit == HOLD_LIMIT == 8 * TICKS_PER_BEAT
+    for token in ["Start_None", "NoteOn_bass:40", "TimeShift_2:00", "NoteOn_accompaniment:60", "TimeShift_2:00",
+                  "TimeShift_2:00", "TimeShift_1:06"]:
+        state.advance(ids[token])  # the bass note has sounded 7.5 beats: its deadline is half a beat away
+    assert state.time == 90
+    mask = state.allowed()
+    assert mask[ids["TimeShift_0:11"]] and mask[ids["TimeShift_1:00"]]
+    assert not mask[ids["TimeShift_1:01"]] and not mask[ids["TimeShift_2:00"]]
+    assert mask[ids["NoteOn_drums:36"]] and mask[ids["NoteOff_accompaniment:60"]] and mask[ids["NoteOff_bass:40"]]
+    assert state.accepts(ids["TimeShift_2:00"])  # still valid: decoding and prompts are unaffected
+    state.advance(ids["TimeShift_1:00"])  # at the deadline: only the overdue note may follow
+    assert np.flatnonzero(state.allowed()).tolist() == [ids["NoteOff_bass:40"]]
+    state.advance(ids["NoteOff_bass:40"])
+    assert state.allowed()[ids["TimeShift_2:00"]]  # to the accompaniment note's deadline (it began at 24)
+    state.advance(ids["TimeShift_2:00"])
+    assert np.flatnonzero(state.allowed()).tolist() == [ids["NoteOff_accompaniment:60"]]
+    free = GrooveConstraintState(tok.table, hold_limit=None)
+    for token in ["Start_None", "NoteOn_bass:40"] + ["TimeShift_2:00"] * 5:
+        free.advance(ids[token])
+    assert free.allowed()[ids["TimeShift_2:00"]]
