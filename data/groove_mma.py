@@ -9,8 +9,12 @@ in two styles, as in Groove2Groove), each transposed by its own shift drawn from
 (-5..+6). With ``articulation`` (low, high), each rendition also draws a percentage from that range and plays
 every track's notes at that fraction of their nominal length (``AllTracks Articulate N`` after the groove):
 the grooves' own articulation is one per style (about 90%), real bands vary it, and a model trained on one
-keeps it whatever its prompt plays. The draws depend only on (seed, song, chart) and MMA's randomness is
-seeded (``RndSeed``).
+keeps it whatever its prompt plays. With ``lead_prob`` p > 0, a rendition's accompaniment is, with
+probability p, the song's own lead melody (POP909's ``MELODY`` track, cut to the chart by
+``data.pop909_charts.chart_melody``, transposed with the chords, on a GM lead program drawn from
+``LEAD_PROGRAMS``) instead of MMA's chords: real bands' busiest pitched track is often a lead line, which
+MMA does not write (a chart whose melody has under a note a bar keeps MMA's chords). The draws depend only
+on (seed, song, chart) and MMA's randomness is seeded (``RndSeed``).
 
 **Tracks.** MMA names its MIDI tracks by type (``Drum``, ``Bass``, ``Walk``, ``Chord-Piano``, ``Arpeggio``,
 ``Plectrum``, ``Scale``, ``Solo``, ``Melody``, ``Aria``...). Drum tracks (channel 10) are merged into
@@ -40,7 +44,7 @@ and bars per split, skipped songs and renditions by reason).
 
     python -m data.groove_mma --out corpus/groove_mma [--songs N] [--styles BossaNova Swing] [--jobs 2]
     python -m data.groove_mma --out corpus/groove_wide/midi --style-set wide --articulation 40 100 \
-        --charts-per-song 3 --styles-per-chart 3 --jobs 2
+        --lead-prob 0.5 --charts-per-song 3 --styles-per-chart 3 --jobs 2
 """
 
 from __future__ import annotations
@@ -61,13 +65,18 @@ import miditoolkit
 import numpy as np
 from tqdm.auto import tqdm
 
-from data.pop909_charts import BEATS_PER_BAR, CHART_BARS, TEMPO_RANGE, Chart, Chord, Skipped, chart_song, load_song
+from data.pop909_charts import (BEATS_PER_BAR, CHART_BARS, TEMPO_RANGE, BeatNote, Chart, Chord, Skipped, chart_melody,
+                                chart_song, load_song)
 from groove.dataset import SPLITS
 from groove.roles import piece_from_midi
 
 logger = logging.getLogger("data.groove_mma")  # also when run with -m
 
 DEFAULT_ANNOTATIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pop909_annotations"
+DEFAULT_MELODIES = DEFAULT_ANNOTATIONS.parent / "pop909"  # POP909's MIDI files, for the lead melodies
+LEAD_PROGRAMS = (0, 11, 16, 24, 26, 29, 40, 56, 65, 66, 71, 73, 80, 81)  # GM programs a lead is drawn from:
+# piano, vibraphone, organ, nylon and jazz guitar, overdriven guitar, violin, trumpet, alto and tenor sax,
+# clarinet, flute, square and saw leads
 DEFAULT_STYLES = (
     "50sRock", "60sRock", "SoftRock", "FolkRock", "BasicRock", "8Beat", "PopBallad", "RockBallad", "Ballad",
     "BVFunk", "DSoul", "BossaNova", "Samba", "Salsa", "Rhumba", "ChaCha", "Mambo", "Merengue", "Tango",
@@ -102,6 +111,7 @@ class MmaPiece:
     style: str  # the MMA groove it is rendered in
     transposition: int  # semitones added to the chart's chords
     articulation: int | None  # MMA's Articulate for every track, % of each note's nominal length (None: the groove's)
+    lead: int | None  # GM program of the song's melody played as the accompaniment (None: MMA's chords)
     tempo: int  # qpm
     bars: int  # length in 4/4 bars
     first_bar: int  # where the chart starts in the song (annotated bars)
@@ -181,9 +191,19 @@ def _merged(insts: list[miditoolkit.Instrument], end: int) -> list[miditoolkit.N
     return out
 
 
-def band_midi(midi: miditoolkit.MidiFile, bars: int) -> miditoolkit.MidiFile:
-    """MMA's tracks merged onto "BB Drums", "BB Bass" and one accompaniment; Skipped if a role is empty."""
-    end = bars * BEATS_PER_BAR * midi.ticks_per_beat
+@dataclass(frozen=True)
+class Lead:
+    """A melody that replaces MMA's accompaniment in a rendition."""
+
+    program: int  # GM program (0-based)
+    notes: tuple[BeatNote, ...]  # (start, end) in beats from the chart's start, MIDI pitch (transposed)
+
+
+def band_midi(midi: miditoolkit.MidiFile, bars: int, lead: Lead | None = None) -> miditoolkit.MidiFile:
+    """MMA's tracks merged onto "BB Drums", "BB Bass" and one accompaniment (``lead``'s notes when given);
+    Skipped if a role is empty."""
+    tpb = midi.ticks_per_beat
+    end = bars * BEATS_PER_BAR * tpb
     groups: dict[str, list[miditoolkit.Instrument]] = {"drums": [], "bass": [], "accompaniment": []}
     for inst in midi.instruments:
         role = track_role(inst)
@@ -192,6 +212,11 @@ def band_midi(midi: miditoolkit.MidiFile, bars: int) -> miditoolkit.MidiFile:
     band = miditoolkit.MidiFile(ticks_per_beat=midi.ticks_per_beat)
     band.tempo_changes = list(midi.tempo_changes[:1]) or [miditoolkit.TempoChange(120.0, 0)]
     band.time_signature_changes = [miditoolkit.TimeSignature(BEATS_PER_BAR, 4, 0)]
+    if lead is not None:
+        melody = miditoolkit.Instrument(program=lead.program, name="lead")
+        melody.notes = [miditoolkit.Note(velocity=90, pitch=pitch, start=round(start * tpb), end=round(stop * tpb))
+                        for start, stop, pitch in lead.notes]
+        groups["accompaniment"] = [melody]
     for role, insts in groups.items():
         notes = _merged(insts, end)
         if not notes:
@@ -221,28 +246,68 @@ def check_styles(styles: Sequence[str], mma: str = "mma") -> None:
         raise ValueError(f"unusable MMA styles: {'; '.join(bad)}")
 
 
-def _render(task: tuple[Chart, str, int, int, int | None, Path, str]) -> str | None:
-    """Render one (chart, style, shift, seed, articulation, path, mma) task; None when written, else the skip
-    reason."""
-    chart, style, shift, seed, articulation, path, mma = task
+@dataclass(frozen=True)
+class Rendition:
+    """One file to render."""
+
+    chart: Chart  # the chord chart
+    style: str  # MMA groove
+    shift: int  # transposition, semitones
+    seed: int  # MMA's RndSeed
+    articulation: int | None  # AllTracks Articulate percentage (None: the groove's own)
+    lead: Lead | None  # the song's melody as the accompaniment (None: MMA's)
+    path: Path  # where the band file goes
+    mma: str  # the mma program
+
+
+def _render(task: Rendition) -> str | None:
+    """Render one task; None when written, else the skip reason."""
+    chart = task.chart
     try:
-        band_midi(run_mma(mma_song(chart, style, shift, seed, articulation), mma), len(chart.halves)).dump(str(path))
+        text = mma_song(chart, task.style, task.shift, task.seed, task.articulation)
+        band_midi(run_mma(text, task.mma), len(chart.halves), task.lead).dump(str(task.path))
     except (Skipped, subprocess.TimeoutExpired) as err:
-        logger.warning("skipped %s: %s", path.name, err)
+        logger.warning("skipped %s: %s", task.path.name, err)
         return f"rendition: {getattr(err, 'reason', 'mma timed out')}"
     return None
+
+
+def _draw_renditions(chart: Chart, styles: Sequence[str], styles_per_chart: int, transpositions: tuple[int, int],
+                     seed: int, articulation: tuple[int, int] | None, lead_prob: float,
+                     melody: tuple[BeatNote, ...], folder: Path, mma: str) -> list[Rendition]:
+    """The renditions of one chart; every draw depends only on (seed, song, chart). Articulation and lead are
+    drawn from a second stream, so that styles, shifts and MMA seeds do not depend on them."""
+    rng = np.random.default_rng([seed, int(chart.song), chart.index])
+    extra = np.random.default_rng([seed, int(chart.song), chart.index, 1])
+    chosen = rng.choice(len(styles), size=min(styles_per_chart, len(styles)), replace=False)
+    out = []
+    for style in (styles[int(i)] for i in chosen):
+        shift = int(rng.integers(transpositions[0], transpositions[1] + 1))
+        mma_seed = int(rng.integers(2**31))
+        drawn = None if articulation is None else int(extra.integers(articulation[0], articulation[1] + 1))
+        lead = None
+        if lead_prob > 0 and extra.random() < lead_prob:
+            program = LEAD_PROGRAMS[int(extra.integers(len(LEAD_PROGRAMS)))]
+            if len(melody) >= len(chart.halves):  # at least a note a bar on average, else MMA's chords
+                lead = Lead(program, tuple((a, b, min(127, max(0, p + shift))) for a, b, p in melody))
+        out.append(Rendition(chart, style, shift, mma_seed, drawn, lead, folder / f"{chart.song}_{chart.index}.{style}.mid",
+                             mma))
+    return out
 
 
 def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNOTATIONS,
                      styles: Sequence[str] = DEFAULT_STYLES, pieces: int | Sequence[str] | None = None,
                      bars: int = CHART_BARS, transpositions: tuple[int, int] = TRANSPOSITIONS, seed: int = 0,
                      jobs: int = 1, charts_per_song: int = 1, styles_per_chart: int = 2,
-                     articulation: tuple[int, int] | None = None, progress: bool = True) -> MmaCorpus:
+                     articulation: tuple[int, int] | None = None, lead_prob: float = 0.0,
+                     melodies: str | Path = DEFAULT_MELODIES, progress: bool = True) -> MmaCorpus:
     """Render POP909's chord charts with MMA into a Groove2Groove-layout corpus (module docstring).
 
     ``pieces``: the songs used, a number (the first N song folders) or song names; None: all of them.
     ``articulation``: (low, high) percentages; each rendition draws one and plays every track's notes at that
     fraction of their nominal length (MMA's ``AllTracks Articulate``); None keeps each groove's own.
+    ``lead_prob``: the probability that a rendition's accompaniment is the song's own melody (from
+    ``melodies/NNN.mid``, POP909's MIDI files) rather than MMA's chords (module docstring).
     ``jobs``: renditions run at once. Files an earlier build listed in ``out_dir/corpus.json`` are removed.
     """
     mma = require_mma()  # user errors first, before any work
@@ -254,6 +319,11 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
     if articulation is not None and not 1 <= articulation[0] <= articulation[1] <= ARTICULATION_MAX:
         raise ValueError(f"articulation must be (low, high) with 1 <= low <= high <= {ARTICULATION_MAX}, "
                          f"got {tuple(articulation)}")
+    if not 0.0 <= lead_prob <= 1.0:
+        raise ValueError(f"lead_prob must be in [0, 1], got {lead_prob}")
+    melodies = Path(melodies)
+    if lead_prob > 0 and not melodies.is_dir():
+        raise FileNotFoundError(f"{melodies}: no such folder of POP909 MIDI files (NNN.mid), needed for leads")
     check_styles(styles, mma)
     songs = sorted(p.name for p in annotations.iterdir() if (p / "chord_midi.txt").is_file())
     if isinstance(pieces, int):
@@ -269,15 +339,16 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
             logger.info("song %s skipped: %s", song, err)
             skipped[f"song: {err.reason}"] += 1
             continue
+        midi = None
+        if lead_prob > 0:
+            try:
+                midi = miditoolkit.MidiFile(str(melodies / f"{song}.mid"))
+            except (OSError, ValueError, EOFError) as err:
+                raise FileNotFoundError(f"{melodies / f'{song}.mid'}: not a readable POP909 MIDI file ({err})") from err
         for chart in charts:
-            rng = np.random.default_rng([seed, int(song), chart.index])
-            lengths = np.random.default_rng([seed, int(song), chart.index, 1])  # apart: same styles and shifts
-            chosen = rng.choice(len(styles), size=min(styles_per_chart, len(styles)), replace=False)
-            for style in (styles[int(i)] for i in chosen):
-                shift = int(rng.integers(transpositions[0], transpositions[1] + 1))
-                path = root / split_of(song) / f"{song}_{chart.index}.{style}.mid"
-                drawn = None if articulation is None else int(lengths.integers(articulation[0], articulation[1] + 1))
-                tasks.append((chart, style, shift, int(rng.integers(2**31)), drawn, path, mma))
+            melody = tuple(chart_melody(chart, midi)) if midi is not None else ()
+            tasks += _draw_renditions(chart, styles, styles_per_chart, transpositions, seed, articulation,
+                                      lead_prob, melody, root / split_of(song), mma)
     previous = root / "corpus.json"
     if previous.is_file():
         for old in (Path(piece["path"]) for piece in json.loads(previous.read_text()).get("pieces", [])):
@@ -289,15 +360,16 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = tqdm(pool.map(_render, tasks), total=len(tasks), desc="MMA renditions", unit="file",
                         disable=not progress)
-        for (chart, style, shift, _, drawn, path, _), reason in zip(tasks, outcomes):
+        for task, reason in zip(tasks, outcomes):
             if reason is not None:
                 skipped[reason] += 1
                 continue
-            split = path.parent.name
-            result.splits[split].append(path)
-            result.pieces.append(MmaPiece(path.name.split(".")[0], chart.song, chart.index, split, style, shift,
-                                          drawn, chart.tempo, bars, chart.first_bar, chart.lines(shift),
-                                          path.relative_to(root).as_posix()))
+            chart, path = task.chart, task.path
+            result.splits[path.parent.name].append(path)
+            result.pieces.append(MmaPiece(
+                path.name.split(".")[0], chart.song, chart.index, path.parent.name, task.style, task.shift,
+                task.articulation, None if task.lead is None else task.lead.program, chart.tempo, bars,
+                chart.first_bar, chart.lines(task.shift), path.relative_to(root).as_posix()))
     result.skipped = dict(sorted(skipped.items()))
     splits = {split: {"pieces": len(members), "songs": len({p.song for p in members}), "bars": len(members) * bars}
               for split in SPLITS for members in [[p for p in result.pieces if p.split == split]]}
@@ -306,7 +378,7 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
         "source": str(annotations.resolve()),
         "songs": pieces if pieces is None or isinstance(pieces, int) else list(pieces),
         "seed": seed, "bars": bars, "charts_per_song": charts_per_song, "styles_per_chart": styles_per_chart,
-        "articulation": None if articulation is None else list(articulation),
+        "articulation": None if articulation is None else list(articulation), "lead_prob": lead_prob,
         "transpositions": list(transpositions), "tempo_range": list(TEMPO_RANGE), "styles": result.styles,
         "splits": splits, "skipped": result.skipped, "pieces": [asdict(p) for p in result.pieces],
     }
@@ -336,6 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--styles", nargs="+", default=None, help="MMA grooves to draw from (default: the style set)")
     parser.add_argument("--style-set", choices=sorted(STYLE_SETS), default="default",
                         help="default: 30 grooves; wide: 76 (module docstring)")
+    parser.add_argument("--lead-prob", type=float, default=0.0,
+                        help="probability that a rendition's accompaniment is the song's own melody (default: 0)")
+    parser.add_argument("--melodies", default=str(DEFAULT_MELODIES), help="POP909 MIDI folder (NNN.mid), for leads")
     parser.add_argument("--articulation", type=int, nargs=2, default=None, metavar=("LOW", "HIGH"),
                         help="draw each rendition's note lengths, %% of nominal (default: each groove's own)")
     parser.add_argument("--bars", type=int, default=CHART_BARS, help="bars per chart")
@@ -349,7 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_mma_corpus(args.out, args.annotations, args.styles or STYLE_SETS[args.style_set], args.songs,
                          args.bars, seed=args.seed, jobs=args.jobs, charts_per_song=args.charts_per_song,
                          styles_per_chart=args.styles_per_chart,
-                         articulation=None if args.articulation is None else tuple(args.articulation))
+                         articulation=None if args.articulation is None else tuple(args.articulation),
+                         lead_prob=args.lead_prob, melodies=args.melodies)
     except (RuntimeError, FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     return 0

@@ -10,6 +10,9 @@ one); a song gives up to ``charts_per_song`` non-overlapping charts spread over 
 beat interval, clamped to 60..180 qpm. Harte qualities map to MMA's chord names by ``MMA_QUALITY`` (min7
 Cm7, maj6 C6, hdim7 Cm7b5, minmaj7 CmM7, sus4(b7) C7sus4...), a slash bass (``maj/3``) to ``C/E``.
 
+**Melody.** ``chart_melody`` cuts the song's own lead melody (POP909's ``MELODY`` track) to a chart, in
+beats, so a rendition can put the real melody over the rendered band.
+
 Used by ``data.groove_mma``, which renders the charts into a band corpus.
 """
 
@@ -19,11 +22,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import miditoolkit
 import numpy as np
 
 CHART_BARS = 16  # bars per chart (module docstring)
 TEMPO_RANGE = (60, 180)  # qpm the annotated tempo is clamped to
 BEATS_PER_BAR = 4
+MELODY_TRACK = "MELODY"  # POP909's lead-melody track
+BeatNote = tuple[float, float, int]  # (start, end) in beats from the chart's first beat, MIDI pitch
 ROOT_NAMES = ("C", "C#", "D", "Eb", "E", "F", "F#", "G", "Ab", "A", "Bb", "B")  # spelling of the rendered roots
 LETTERS = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}
 ACCIDENTALS = {"#": 1, "b": -1}
@@ -71,6 +77,7 @@ class Chart:
     first_bar: int  # its first bar, counted among the song's annotated bars (downbeat to downbeat)
     tempo: int  # qpm: the median beat interval of its bars, clamped to TEMPO_RANGE
     halves: list[tuple[Chord, Chord]]  # chords of each bar's two half bars
+    beat_times: tuple[float, ...] = ()  # seconds of its beats and of the downbeat after it (4 bars + 1)
 
     def lines(self, shift: int = 0) -> list[str]:
         """MMA's chord line of each bar: ``C / G /``, or ``C`` when both halves agree."""
@@ -151,5 +158,42 @@ def chart_song(song: str, beats: np.ndarray, spans: list, bars: int = CHART_BARS
     for index, first in enumerate(chosen):
         beat_times = times[downbeats[first]:downbeats[first + bars] + 1]
         qpm = int(round(60.0 / float(np.median(np.diff(beat_times)))))
-        charts.append(Chart(song, index, first, int(np.clip(qpm, *TEMPO_RANGE)), halves[first:first + bars]))
+        charts.append(Chart(song, index, first, int(np.clip(qpm, *TEMPO_RANGE)), halves[first:first + bars],
+                            tuple(float(t) for t in beat_times)))
     return charts
+
+
+def tick_seconds(midi: miditoolkit.MidiFile, ticks: np.ndarray) -> np.ndarray:
+    """Seconds of MIDI ticks by the file's tempo map (120 qpm before the first tempo change, or without one)."""
+    changes = sorted((int(t.time), float(t.tempo)) for t in midi.tempo_changes)
+    if not changes or changes[0][0] > 0:
+        changes.insert(0, (0, 120.0))
+    starts = np.array([t for t, _ in changes], dtype=np.int64)  # (C,) ticks
+    per_tick = np.array([60.0 / (q * midi.ticks_per_beat) for _, q in changes])  # (C,) seconds a tick
+    offsets = np.concatenate([[0.0], np.cumsum(np.diff(starts) * per_tick[:-1])])  # (C,) seconds at each change
+    k = np.searchsorted(starts, ticks, side="right") - 1
+    return offsets[k] + (ticks - starts[k]) * per_tick[k]
+
+
+def chart_melody(chart: Chart, midi: miditoolkit.MidiFile, track: str = MELODY_TRACK) -> list[BeatNote]:
+    """The notes of the song's ``track`` that start within the chart, in beats from its first beat.
+
+    Note times go from MIDI ticks to seconds by the file's tempo map, then to beats by interpolating
+    between the chart's annotated beats, so the melody follows the song's own timing; ends are clipped to
+    the chart's end. ValueError when the chart has no beat times or the file no such track.
+    """
+    if len(chart.beat_times) < 2:
+        raise ValueError(f"chart {chart.song}_{chart.index} has no beat times")
+    found = [inst for inst in midi.instruments if inst.name == track]
+    if not found:
+        raise ValueError(f"song {chart.song} has no {track} track")
+    grid = np.arange(len(chart.beat_times), dtype=np.float64)  # beat numbers of the annotated beats
+    end_beat = float(grid[-1])
+    notes = []
+    for note in sorted(found[0].notes, key=lambda n: (n.start, n.pitch)):
+        start_s, end_s = tick_seconds(midi, np.array([note.start, note.end]))
+        if not chart.beat_times[0] <= start_s < chart.beat_times[-1]:
+            continue
+        start, end = np.interp([start_s, end_s], chart.beat_times, grid)
+        notes.append((float(start), min(float(end), end_beat), int(note.pitch)))
+    return notes

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import data.groove_mma as gm
-from data.pop909_charts import ROOT_NAMES, Chart, Chord
+from data.pop909_charts import ROOT_NAMES, Chart, Chord, chart_melody, chart_song, load_song
 from groove import GrooveTokenizer
 from groove.dataset import SPLITS, list_splits, style_of
 from groove.roles import ACCOMPANIMENT, BASS, TICKS_PER_BAR, TICKS_PER_BEAT
@@ -176,3 +176,29 @@ def test_drawn_articulation_shortens_the_notes_and_is_recorded(tiny_corpus, tmp_
     for role in (BASS, ACCOMPANIMENT):
         assert _median_length(tmp_path, paths, role) < 0.6 * _median_length(corpus.root, paths, role)
 
+
+
+def test_a_lead_rendition_plays_the_songs_melody_over_the_band(tiny_corpus, tmp_path):
+    corpus, description = tiny_corpus
+    melodies = ANNOTATIONS.parent / "pop909"
+    if not melodies.is_dir():
+        pytest.skip(f"POP909 MIDI files not found at {melodies}")
+    with pytest.raises(ValueError, match="lead_prob"):
+        gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], lead_prob=1.5)
+    with pytest.raises(FileNotFoundError, match="POP909 MIDI"):
+        gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], lead_prob=0.5,
+                            melodies=tmp_path / "nowhere")
+    led = gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], charts_per_song=1, lead_prob=1.0,
+                              melodies=melodies, progress=False)
+    assert description["lead_prob"] == 0.0 and {p["lead"] for p in description["pieces"]} == {None}
+    (chart,) = chart_song(SONGS[0], *load_song(ANNOTATIONS / SONGS[0]), 16, 1)
+    melody = chart_melody(chart, miditoolkit.MidiFile(str(melodies / f"{SONGS[0]}.mid")))
+    tokenizer = GrooveTokenizer()
+    for piece in led.pieces:
+        assert piece.lead in gm.LEAD_PROGRAMS
+        bass, drums, acc = tokenizer.parse(tmp_path / piece.path).tracks()
+        assert bass and drums  # MMA's rhythm section stays
+        expected = {(round(start * TICKS_PER_BEAT), pitch + piece.transposition) for start, _, pitch in melody}
+        assert {(start, pitch) for start, _, pitch in acc} == expected
+        same = next(p for p in description["pieces"] if p["path"] == piece.path)
+        assert (same["style"], same["transposition"]) == (piece.style, piece.transposition)

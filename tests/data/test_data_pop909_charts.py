@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import miditoolkit
 import numpy as np
 import pytest
 
@@ -67,3 +68,37 @@ def test_chart_runs_break_on_odd_bars_and_no_chord():
     with pytest.raises(pc.Skipped, match="not 4/4") as err:
         pc.chart_song("1", _beats([3] * 8), [], 4)
     assert err.value.reason == "not 4/4"
+
+
+def test_chart_melody_follows_the_annotated_beats():
+    midi = miditoolkit.MidiFile(ticks_per_beat=480)  # the default tempo, 120 qpm: 960 ticks a second
+    melody = miditoolkit.Instrument(program=0, name="MELODY")
+    seconds = [(0.5, 0.9, 60), (1.0, 1.3, 62), (1.9, 2.5, 64), (3.4, 4.0, 65), (4.2, 4.4, 67)]
+    melody.notes = [miditoolkit.Note(velocity=80, pitch=p, start=round(a * 960), end=round(b * 960))
+                    for a, b, p in seconds]
+    midi.instruments = [miditoolkit.Instrument(program=0, name="PIANO"), melody]
+    chord = pc.Chord(0, "maj")
+    chart = pc.Chart("001", 0, 0, 100, [(chord, chord)], beat_times=(1.0, 1.6, 2.2, 2.8, 3.7))
+    notes = pc.chart_melody(chart, midi)
+    assert [p for _, _, p in notes] == [62, 64, 65]  # 0.5 s is before the chart, 4.2 s after it
+    (a, b, _), (c, d, _), (e, f, _) = notes
+    assert (a, b) == pytest.approx((0.0, 0.5)) and (c, d) == pytest.approx((1.5, 2.5))
+    assert (e, f) == pytest.approx((3.0 + 0.6 / 0.9 * 1, 4.0))  # the last beat lasts 0.9 s; the end is clipped
+    with pytest.raises(ValueError, match="no MELODY track"):
+        pc.chart_melody(chart, miditoolkit.MidiFile())
+    with pytest.raises(ValueError, match="no beat times"):
+        pc.chart_melody(pc.Chart("001", 0, 0, 100, [(chord, chord)]), midi)
+
+
+def test_charts_keep_their_beat_times():
+    beats = _beats([4] * 4)
+    halves = [("C:maj", "C:maj")] * 4
+    (chart,) = pc.chart_song("1", beats, _spans(beats, halves), bars=2, charts_per_song=1)
+    assert chart.beat_times == tuple(beats[:9, 0])
+
+
+def test_tick_seconds_follows_the_tempo_map():
+    midi = miditoolkit.MidiFile(ticks_per_beat=100)
+    assert pc.tick_seconds(midi, np.array([0, 100, 250])).tolist() == pytest.approx([0.0, 0.5, 1.25])  # 120 qpm
+    midi.tempo_changes = [miditoolkit.TempoChange(60.0, 0), miditoolkit.TempoChange(120.0, 200)]
+    assert pc.tick_seconds(midi, np.array([100, 200, 300])).tolist() == pytest.approx([1.0, 2.0, 2.5])
