@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     groove.add_argument("--temperature", type=finite_float, default=0.6,
                         help="softmax temperature (default: %(default)s)")
     groove.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus mass (default: %(default)s)")
+    groove.add_argument("--hold-bars", type=int, default=None,
+                        help="sampling closes any note held this many bars (default: no limit)")
 
     pe = command("pe", "translation invariance and monotonicity of the attention per head")
     pe.add_argument("--length", type=int, default=256,
@@ -148,7 +150,7 @@ def load_models(args: argparse.Namespace, token_format: str | None = None,
     if args.label is not None and len(args.label) != len(paths):
         raise ValueError(f"--label given {len(args.label)} times for {len(paths)} checkpoints")
     for name in ("max_len", "max_pieces", "tokens", "length", "draws", "heads", "features", "smooth",
-                 "prompt_bars", "pieces", "real_pieces"):
+                 "prompt_bars", "pieces", "real_pieces", "hold_bars"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -219,6 +221,7 @@ def run_nll(args: argparse.Namespace) -> None:
 def run_groove(args: argparse.Namespace) -> None:
     from evaluation.groove import (GrooveOptions, band_pieces, evaluate_groove, real_continuation_rows,
                                    write_groove_outputs)
+    from groove.roles import TICKS_PER_BAR
 
     set_threads(args.threads)
     models = load_models(args, token_format="groove")
@@ -240,6 +243,8 @@ def run_groove(args: argparse.Namespace) -> None:
                             progress=not args.no_progress)
     rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options)  # the ceiling, first
     for label, ckpt in models:
+        if args.hold_bars is not None:
+            ckpt.tokenizer.hold_limit = args.hold_bars * TICKS_PER_BAR
         rows += evaluate_groove(label, ckpt, pieces, names, options)
     print(write_groove_outputs(rows, Path(args.out), skipped), end="")
 

@@ -27,7 +27,8 @@ from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkp
 from generation.pieces import bar_stop, keep_bars, piece_ids, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator
 from model import resolve_device
-from tokenization import MIDI_SUFFIXES
+from groove.roles import TICKS_PER_BAR
+from tokenization import MIDI_SUFFIXES, format_of
 from training.checkpoint import load_model
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="softmax temperature (default: config)")
     parser.add_argument("--seed", type=seed_value, default=None, help="random seed (default: config)")
     parser.add_argument("--no-constraints", action="store_true", help="do not mask ungrammatical tokens")
+    parser.add_argument("--hold-bars", type=int, default=None,
+                        help="groove models: close any note held this many bars (default: no limit)")
     parser.add_argument("--num-samples", type=int, default=1,
                         help="samples drawn in one batched decoding (default: %(default)s)")
     parser.add_argument("--no-audio", action="store_true", help="write no .wav / .ogg")
@@ -148,7 +151,7 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.suffix.lower() not in MIDI_SUFFIXES:
         raise ValueError(f"--out must name a .mid file, got {out}")
-    for name in ("tokens", "bars", "num_samples"):
+    for name in ("tokens", "bars", "num_samples", "hold_bars"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -169,6 +172,12 @@ def run(args: argparse.Namespace) -> None:
                          f"--checkpoint {INFILL_MODEL}, or fine-tune one with data.fim_rate)")
     if spans is not None:
         chords = place_annotation(spans, args.chords_midi or args.prompt, tokenizer)
+    if args.hold_bars is not None:
+        if format_of(tokenizer) != "groove":
+            raise ValueError(f"--hold-bars applies to groove models; this one uses {type(tokenizer).__name__}")
+        if args.no_constraints:
+            raise ValueError("--hold-bars needs the grammar-constrained sampler: drop --no-constraints")
+        tokenizer.hold_limit = args.hold_bars * TICKS_PER_BAR
     sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus,
                                             constrained=not args.no_constraints)
     budget = defaults.tokens if args.tokens is None else args.tokens

@@ -11,11 +11,11 @@ invalid when it is (``GrooveConstraintState`` implements the ``tokenization.Cons
 * ``Start_None`` anywhere but as the first token;
 * anything after ``End_None`` except more ``End_None`` (the padding).
 
-``allowed`` also applies a sampling policy that ``accepts`` (validity, decoding) does not: no note is held
-longer than ``hold_limit`` ticks (``HOLD_LIMIT``, two bars). A time shift past the deadline of the earliest
-sounding note is masked, and once a note reaches its deadline only the NoteOffs of such notes remain.
-Without it a sampled note that is never closed drones on for dozens of bars and, since a sounding pitch
-cannot be struck again on its track, takes that pitch away from the rest of the piece.
+With ``hold_limit`` (ticks; off by default), ``allowed`` also applies a sampling policy that ``accepts``
+(validity, decoding, prompts) does not: no note is held longer than that. A time shift past the deadline
+of the earliest sounding note is masked, and once a note reaches its deadline only the NoteOffs of such
+notes remain. It is for a model that leaves notes sounding for dozens of bars (a sounding pitch cannot be
+struck again on its track); ``GrooveTokenizer.hold_limit`` turns it on for sampling (``--hold-bars``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import numpy as np
 from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
 from groove.vocab import NOTE_OFF, NOTE_ON, TIME_SHIFT, GrooveTokenTable, shift_target
 
-HOLD_LIMIT = 2 * TICKS_PER_BAR  # longest note sampling may hold, in ticks (module docstring)
 from tokenization import ConstraintState
 
 
@@ -45,7 +44,7 @@ class ClosedNote:
 class GrooveConstraintState(ConstraintState):
     """Incremental grammar state: current time, sounding notes, start/end seen."""
 
-    def __init__(self, table: GrooveTokenTable, hold_limit: int | None = HOLD_LIMIT):
+    def __init__(self, table: GrooveTokenTable, hold_limit: int | None = None):
         self.table = table
         self.hold_limit = hold_limit  # ticks a note may sound in sampled sequences (None: no limit)
         self.time = 0  # current tick (12 per beat)

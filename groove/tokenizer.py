@@ -121,6 +121,8 @@ class GrooveTokenizer(BaseTokenizer, token_format="groove"):
     def __init__(self) -> None:
         super().__init__()
         self.table = GrooveTokenTable.from_vocab(self.vocab)
+        self.hold_limit: int | None = None  # sampling policy: ticks a sampled note may sound (None: no limit;
+        # groove.constraints); not part of the format, not saved
 
     # ---------------------------------------------------------------- hooks
     def _build_vocab_tokens(self) -> list[str]:
@@ -223,4 +225,4 @@ class GrooveTokenizer(BaseTokenizer, token_format="groove"):
 
     def constraint_state(self) -> GrooveConstraintState:
         """Incremental grammar for constrained sampling (``allowed``, ``advance``); see ``groove.constraints``."""
-        return GrooveConstraintState(self.table)
+        return GrooveConstraintState(self.table, self.hold_limit)

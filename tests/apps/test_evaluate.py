@@ -159,7 +159,7 @@ def test_groove_similarity_of_continuations(groove_corpus, tmp_path):
     run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), corpus=groove_corpus)
     out = tmp_path / "groove"
     assert main(["groove", "--checkpoint", str(run), "--out", str(out), "--tokens", "120",
-                 "--max-pieces", "2", "--no-progress"]) == 0
+                 "--max-pieces", "2", "--hold-bars", "2", "--no-progress"]) == 0
     rows = read_csv(out / "groove_similarity.csv")
     assert len(rows) == 2 * 2 * 2 * 4  # (the pieces' own continuation, the model) x pieces x metrics x quarters
     assert [r["model"] for r in rows[::16]] == ["real continuation", "groove_run"]

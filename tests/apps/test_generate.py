@@ -160,6 +160,27 @@ def test_groove_checkpoint_writes_midi_via_muspy(tmp_path):
     assert (tmp_path / "groove.png").read_bytes()[:8] == PNG_MAGIC
 
 
+def test_hold_bars_sets_the_sampling_grammars_hold_limit(tmp_path, monkeypatch):
+    import groove.tokenizer
+    from groove.constraints import GrooveConstraintState
+    from groove.roles import TICKS_PER_BAR
+
+    limits = []
+
+    class Recording(GrooveConstraintState):
+        def __init__(self, table, hold_limit=None):
+            super().__init__(table, hold_limit)
+            limits.append(hold_limit)
+
+    monkeypatch.setattr(groove.tokenizer, "GrooveConstraintState", Recording)
+    run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
+    for hold in ([], ["--hold-bars", "3"]):
+        limits.clear()
+        assert main(["--checkpoint", str(run), "--out", str(tmp_path / "held.mid"), "--tokens", "40",
+                     "--no-audio", "--no-progress"] + hold) == 0
+        assert limits and limits[0] == (3 * TICKS_PER_BAR if hold else None)  # the sampler's grammar
+
+
 def test_the_shipped_groove_model_continues_a_band_prompt_with_audio(tmp_path):
     from training.checkpoint import shipped_models
 
@@ -219,7 +240,7 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
                                   "prompt_bars_beyond_song", "annotation_without_midi", "chords_midi_alone",
                                   "bad_chord_label", "infill_without_prompt", "infill_with_prompt_bars",
                                   "infill_beyond_song", "infill_of_a_plain_model", "bad_infill_range",
-                                  "infill_with_chords"])
+                                  "infill_with_chords", "hold_of_remi", "zero_hold_bars"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chorale_midi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -262,6 +283,8 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
         args += ["--chords", "C G"]
     elif case == "chords_unconstrained":
         args += ["--chords", "C G", "--no-constraints"]
+    elif case in ("hold_of_remi", "zero_hold_bars"):
+        args += ["--hold-bars", "2" if case == "hold_of_remi" else "0"]
     elif case == "chords_twice":
         args += ["--chords", "C G", "--chords-file", str(tmp_path / "x.txt")]
     elif case == "missing_chords_file":
@@ -299,7 +322,8 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
                 "bad_chord_label": "bad chord label 'C:maj13'", "infill_without_prompt": "--prompt",
                 "infill_with_prompt_bars": "drop --prompt-bars", "infill_beyond_song": "the song has",
                 "infill_of_a_plain_model": "fill-in-the-middle model", "bad_infill_range": "bar range",
-                "infill_with_chords": "does not follow chords"}
+                "infill_with_chords": "does not follow chords", "hold_of_remi": "applies to groove models",
+                "zero_hold_bars": "--hold-bars must be >= 1"}
     assert expected.get(case, "") in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message

@@ -3,8 +3,8 @@ import pytest
 from groove_helpers import make_music
 
 from groove import Augmentation, GrooveTokenizer
-from groove.constraints import HOLD_LIMIT, GrooveConstraintState
-from groove.roles import TICKS_PER_BEAT
+from groove.constraints import GrooveConstraintState
+from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,8 @@ def tok():
 def _accept(tok, ids):
     """Feed ids one by one; every one must be allowed, and allowed() must agree with accepts() (without the
     sampling policy on note lengths)."""
-    state = GrooveConstraintState(tok.table, hold_limit=None)
+    state = tok.constraint_state()
+    assert state.hold_limit is None  # off unless asked for
     for step, idx in enumerate(ids):
         mask = state.allowed()
         assert mask.shape == (794,) and mask.dtype == bool
@@ -59,8 +60,12 @@ def test_masks(tok):
     assert mask.sum() == 1 and mask[ids["End_None"]]
 
 
-def test_sampling_under_the_mask_decodes_cleanly(tok):
+@pytest.mark.parametrize("hold_limit", [None, 2 * TICKS_PER_BAR])
+def test_sampling_under_the_mask_decodes_cleanly(hold_limit):
+    tok = GrooveTokenizer()
+    tok.hold_limit = hold_limit
     rng = np.random.default_rng(1)
+    longest = 0
     for _ in range(5):
         state, ids = tok.constraint_state(), []
         for _ in range(400):
@@ -72,13 +77,16 @@ def test_sampling_under_the_mask_decodes_cleanly(tok):
         assert report.skipped == 0
         assert sum(len(t.notes) for t in report.music.tracks) > 0
         assert report.music.resolution == TICKS_PER_BEAT
-        assert max(n.duration for t in report.music.tracks for n in t.notes) <= HOLD_LIMIT
+        longest = max([longest] + [n.duration for t in report.music.tracks for n in t.notes])
+    if hold_limit is None:
+        assert longest > 2 * TICKS_PER_BAR  # random sampling leaves notes on
+    else:
+        assert longest <= hold_limit
 
 
 def test_hold_limit_closes_long_notes_in_sampling_only(tok):
     ids = tok.vocab.ids
-    state = tok.constraint_state()
-    assert state.hold_limit == HOLD_LIMIT == 8 * TICKS_PER_BEAT
+    state = GrooveConstraintState(tok.table, hold_limit=8 * TICKS_PER_BEAT)
     for token in ["Start_None", "NoteOn_bass:40", "TimeShift_2:00", "NoteOn_accompaniment:60", "TimeShift_2:00",
                   "TimeShift_2:00", "TimeShift_1:06"]:
         state.advance(ids[token])  # the bass note has sounded 7.5 beats: its deadline is half a beat away
