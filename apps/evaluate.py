@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     groove.add_argument("--temperature", type=finite_float, default=0.6,
                         help="softmax temperature (default: %(default)s)")
     groove.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus mass (default: %(default)s)")
+    groove.add_argument("--full-length", action="store_true",
+                        help="forbid the End token: every continuation runs to --tokens (default: it may end)")
     groove.add_argument("--hold-bars", type=int, default=None,
                         help="sampling closes any note held this many bars (default: no limit)")
 
@@ -239,6 +241,7 @@ def run_groove(args: argparse.Namespace) -> None:
     else:
         pieces, names = held_out_pieces(args, models[0][1])
     options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed,
+                            full_length=args.full_length,
                             sampling=SamplingConfig(top_p=args.top_p, temperature=args.temperature),
                             progress=not args.no_progress)
     rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options)  # the ceiling, first

@@ -47,6 +47,7 @@ class GrooveOptions:
     prompt_bars: int = 2  # bars of the held-out piece that prompt the continuation
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # nucleus / temperature
     seed: int = 0  # seed of the positional noise and of sampling
+    full_length: bool = False  # forbid the End token, so every continuation runs to `tokens` (else it may end)
     progress: bool = True  # show a progress bar
 
 
@@ -56,10 +57,24 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
     tokenizer, model = ckpt.tokenizer, ckpt.model
     generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
 
+    steer = without_end(tokenizer.eos_id) if options.full_length else None
+
     def continue_prompt(prompt: list[int], ids: list[int]) -> list[int]:
-        return generate(model, tokenizer, prompt, options.tokens - len(prompt), options.sampling, generator).tokens
+        return generate(model, tokenizer, prompt, options.tokens - len(prompt), options.sampling, generator,
+                        steer=steer).tokens
 
     return _similarity_rows(label, tokenizer, pieces, names, options, continue_prompt)
+
+
+def without_end(eos: int) -> Any:
+    """A sampling steer that never allows the End token (a model trained on short pieces ends early)."""
+
+    def steer(tokens: list[int], allowed: np.ndarray) -> np.ndarray:
+        allowed = allowed.copy()
+        allowed[eos] = False
+        return allowed
+
+    return steer
 
 
 def real_continuation_rows(tokenizer: BaseTokenizer, pieces: Sequence[np.ndarray], names: Sequence[str],

@@ -159,7 +159,7 @@ def test_groove_similarity_of_continuations(groove_corpus, tmp_path):
     run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), corpus=groove_corpus)
     out = tmp_path / "groove"
     assert main(["groove", "--checkpoint", str(run), "--out", str(out), "--tokens", "120",
-                 "--max-pieces", "2", "--hold-bars", "2", "--no-progress"]) == 0
+                 "--max-pieces", "2", "--hold-bars", "2", "--full-length", "--no-progress"]) == 0
     rows = read_csv(out / "groove_similarity.csv")
     assert len(rows) == 2 * 2 * 2 * 4  # (the pieces' own continuation, the model) x pieces x metrics x quarters
     assert [r["model"] for r in rows[::16]] == ["real continuation", "groove_run"]
@@ -193,6 +193,23 @@ def test_groove_continues_a_folder_of_real_band_midi(groove_corpus, tmp_path):
     assert pieces == {"song0.mid", "song1.mid"}
     text = (out / "groove_similarity.md").read_text()
     assert "no_drums.mid: no drums track" in text and "broken.mid" in text
+
+
+def test_full_length_continuations_never_end_early(groove_corpus, tmp_path):
+    from evaluation.groove import without_end
+    from generation.sampling import SamplingConfig, generate
+    from training.checkpoint import load_model
+
+    ckpt = load_model(save_tiny(tmp_path / "groove_run", GrooveTokenizer(), corpus=groove_corpus))
+    tokenizer = ckpt.tokenizer
+    steer = without_end(tokenizer.eos_id)
+    allowed = np.ones(tokenizer.vocab_size, dtype=bool)
+    assert not steer([], allowed)[tokenizer.eos_id] and allowed.all()  # a copy: the mask given is kept
+    sampling = SamplingConfig(top_p=1.0, temperature=1.0)
+    for seed in range(3):
+        generator = torch.Generator().manual_seed(seed)
+        result = generate(ckpt.model, tokenizer, [tokenizer.start_id], 60, sampling, generator, steer=steer)
+        assert not result.stopped_at_eos and tokenizer.eos_id not in result.tokens
 
 
 def test_a_true_continuation_is_similar_to_its_piece(groove_corpus):
