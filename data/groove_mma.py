@@ -290,8 +290,8 @@ def _draw_renditions(chart: Chart, styles: Sequence[str], styles_per_chart: int,
             program = LEAD_PROGRAMS[int(extra.integers(len(LEAD_PROGRAMS)))]
             if len(melody) >= len(chart.halves):  # at least a note a bar on average, else MMA's chords
                 lead = Lead(program, tuple((a, b, min(127, max(0, p + shift))) for a, b, p in melody))
-        out.append(Rendition(chart, style, shift, mma_seed, drawn, lead, folder / f"{chart.song}_{chart.index}.{style}.mid",
-                             mma))
+        path = folder / f"{chart.song}_{chart.index}.{style}.mid"
+        out.append(Rendition(chart, style, shift, mma_seed, drawn, lead, path, mma))
     return out
 
 
