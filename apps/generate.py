@@ -25,7 +25,7 @@ from generation.audio import AudioConfig
 from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
 from generation.pieces import bar_stop, keep_bars, piece_ids, prompt_ids, start_ids, write_piece
-from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator
+from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator, without_end
 from model import resolve_device
 from groove.roles import TICKS_PER_BAR
 from tokenization import MIDI_SUFFIXES, format_of
@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="softmax temperature (default: config)")
     parser.add_argument("--seed", type=seed_value, default=None, help="random seed (default: config)")
     parser.add_argument("--no-constraints", action="store_true", help="do not mask ungrammatical tokens")
+    parser.add_argument("--no-end", action="store_true",
+                        help="never let the model end the piece: write to --tokens (or --bars)")
     parser.add_argument("--hold-bars", type=int, default=None,
                         help="groove models: close any note held this many bars (default: no limit)")
     parser.add_argument("--num-samples", type=int, default=1,
@@ -144,6 +146,8 @@ def infill_span(args: argparse.Namespace) -> tuple[int, int] | None:
         raise ValueError("--infill-bars writes exactly its range's bars; drop --bars")
     if args.no_constraints:
         raise ValueError("--infill-bars needs the grammar-constrained sampler: drop --no-constraints")
+    if args.no_end:
+        raise ValueError("--infill-bars ends where its range does: drop --no-end")
     return span
 
 
@@ -202,6 +206,10 @@ def run(args: argparse.Namespace) -> None:
     steer = None if chords is None else ChordSteer(tokenizer, chords, bars_from)
     if job is not None:
         steer = job.steer()
+    if args.no_end:
+        if args.no_constraints:
+            raise ValueError("--no-end needs the grammar-constrained sampler: drop --no-constraints")
+        steer = without_end(tokenizer.eos_id, steer)
     if chords is not None and args.bars is None:
         args.bars = len(chords)
     stop = None if args.bars is None else bar_stop(tokenizer, bars_from, args.bars)

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
 from generation.pieces import first_bars, next_bar_time
-from generation.sampling import SamplingConfig, generate
+from generation.sampling import SamplingConfig, generate, without_end
 from groove.roles import TRACKS, piece_from_midi
 from tokenization import BaseTokenizer, TokenizationError, declared_meters, load_midi, midi_files
 
@@ -64,17 +64,6 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
                         steer=steer).tokens
 
     return _similarity_rows(label, tokenizer, pieces, names, options, continue_prompt)
-
-
-def without_end(eos: int) -> Any:
-    """A sampling steer that never allows the End token (a model trained on short pieces ends early)."""
-
-    def steer(tokens: list[int], allowed: np.ndarray) -> np.ndarray:
-        allowed = allowed.copy()
-        allowed[eos] = False
-        return allowed
-
-    return steer
 
 
 def real_continuation_rows(tokenizer: BaseTokenizer, pieces: Sequence[np.ndarray], names: Sequence[str],

@@ -41,6 +41,18 @@ Steer = Callable[[list[int], np.ndarray], np.ndarray]  # (a sample's tokens, all
 StopCondition = Callable[[list[int]], bool]  # tokens so far -> end this sample now
 
 
+def without_end(eos: int, steer: Steer | None = None) -> Steer:
+    """A steer that never allows the End token `eos` (after `steer`, when given): decoding then runs to
+    its token budget, e.g. for a model trained on short pieces that would end a continuation early."""
+
+    def no_end(tokens: list[int], allowed: np.ndarray) -> np.ndarray:
+        allowed = allowed.copy() if steer is None else steer(tokens, allowed).copy()
+        allowed[eos] = False
+        return allowed
+
+    return no_end
+
+
 class GrammarDeadEnd(RuntimeError):
     """The grammar allows no token at some point of a constrained decoding."""
 

@@ -196,8 +196,7 @@ def test_groove_continues_a_folder_of_real_band_midi(groove_corpus, tmp_path):
 
 
 def test_full_length_continuations_never_end_early(groove_corpus, tmp_path):
-    from evaluation.groove import without_end
-    from generation.sampling import SamplingConfig, generate
+    from generation.sampling import SamplingConfig, generate, without_end
     from training.checkpoint import load_model
 
     ckpt = load_model(save_tiny(tmp_path / "groove_run", GrooveTokenizer(), corpus=groove_corpus))

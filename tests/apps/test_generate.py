@@ -8,6 +8,7 @@ import miditoolkit
 import numpy as np
 import pretty_midi
 import pytest
+import torch
 
 from generation.audio import AudioConfig, read_wav, tick_to_seconds
 from apps.generate import main
@@ -160,6 +161,26 @@ def test_groove_checkpoint_writes_midi_via_muspy(tmp_path):
     assert (tmp_path / "groove.png").read_bytes()[:8] == PNG_MAGIC
 
 
+def test_no_end_writes_to_the_token_budget(tmp_path, monkeypatch):
+    import generation.sampling
+
+    def eager_to_end(logits, top_p, temperature, allowed, generator, types):  # the model always wants End
+        pick = torch.full((logits.shape[0],), GrooveTokenizer().eos_id)
+        if allowed is not None and not bool(allowed[0, pick[0]]):
+            pick = allowed.float().argmax(dim=-1)  # the first allowed token instead
+        return pick
+
+    monkeypatch.setattr(generation.sampling, "sample_next", eager_to_end)
+    run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
+    for flag in ([], ["--no-end"]):
+        out = tmp_path / f"end{len(flag)}.mid"
+        assert main(["--checkpoint", str(run), "--out", str(out), "--tokens", "30", "--no-audio",
+                     "--no-progress"] + flag) == 0
+        tokens = read_tokens(out.with_suffix(".txt"))
+        assert ("End_None" in tokens) != bool(flag)
+        assert len(tokens) == (31 if flag else 2)  # Start + 30 new tokens; or Start, End
+
+
 def test_hold_bars_sets_the_sampling_grammars_hold_limit(tmp_path, monkeypatch):
     import groove.tokenizer
     from groove.constraints import GrooveConstraintState
@@ -240,7 +261,8 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
                                   "prompt_bars_beyond_song", "annotation_without_midi", "chords_midi_alone",
                                   "bad_chord_label", "infill_without_prompt", "infill_with_prompt_bars",
                                   "infill_beyond_song", "infill_of_a_plain_model", "bad_infill_range",
-                                  "infill_with_chords", "hold_of_remi", "zero_hold_bars"])
+                                  "infill_with_chords", "hold_of_remi", "zero_hold_bars",
+                                  "no_end_unconstrained"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chorale_midi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -283,6 +305,8 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
         args += ["--chords", "C G"]
     elif case == "chords_unconstrained":
         args += ["--chords", "C G", "--no-constraints"]
+    elif case == "no_end_unconstrained":
+        args += ["--no-end", "--no-constraints"]
     elif case in ("hold_of_remi", "zero_hold_bars"):
         args += ["--hold-bars", "2" if case == "hold_of_remi" else "0"]
     elif case == "chords_twice":
@@ -323,7 +347,7 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
                 "infill_with_prompt_bars": "drop --prompt-bars", "infill_beyond_song": "the song has",
                 "infill_of_a_plain_model": "fill-in-the-middle model", "bad_infill_range": "bar range",
                 "infill_with_chords": "does not follow chords", "hold_of_remi": "applies to groove models",
-                "zero_hold_bars": "--hold-bars must be >= 1"}
+                "zero_hold_bars": "--hold-bars must be >= 1", "no_end_unconstrained": "--no-constraints"}
     assert expected.get(case, "") in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message
