@@ -188,7 +188,10 @@ def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0) ->
 
     root = Path(args.corpus or ckpt.config.data.root)
     if not root.exists():
-        raise ValueError(f"corpus not found: {root} (build it by training, or pass --corpus)")
+        data = ckpt.config.data
+        made_from = f" from data.source {data.source}" if data.source else ""
+        raise ValueError(f"corpus not found: {root} (data.kind {data.kind}{made_from}: build it by training or "
+                         f"as the model card says, or pass --corpus)")
     corpus = load_corpus(root)
     if not extends(ckpt.tokenizer.vocab.tokens, corpus.tokenizer.vocab.tokens):
         raise ValueError(f"corpus {root} uses a {type(corpus.tokenizer).__name__} vocabulary that differs "
