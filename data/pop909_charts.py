@@ -25,6 +25,8 @@ from pathlib import Path
 import miditoolkit
 import numpy as np
 
+from generation.audio import tick_to_seconds
+
 CHART_BARS = 16  # bars per chart (module docstring)
 TEMPO_RANGE = (60, 180)  # qpm the annotated tempo is clamped to
 BEATS_PER_BAR = 4
@@ -163,18 +165,6 @@ def chart_song(song: str, beats: np.ndarray, spans: list, bars: int = CHART_BARS
     return charts
 
 
-def tick_seconds(midi: miditoolkit.MidiFile, ticks: np.ndarray) -> np.ndarray:
-    """Seconds of MIDI ticks by the file's tempo map (120 qpm before the first tempo change, or without one)."""
-    changes = sorted((int(t.time), float(t.tempo)) for t in midi.tempo_changes)
-    if not changes or changes[0][0] > 0:
-        changes.insert(0, (0, 120.0))
-    starts = np.array([t for t, _ in changes], dtype=np.int64)  # (C,) ticks
-    per_tick = np.array([60.0 / (q * midi.ticks_per_beat) for _, q in changes])  # (C,) seconds a tick
-    offsets = np.concatenate([[0.0], np.cumsum(np.diff(starts) * per_tick[:-1])])  # (C,) seconds at each change
-    k = np.searchsorted(starts, ticks, side="right") - 1
-    return offsets[k] + (ticks - starts[k]) * per_tick[k]
-
-
 def chart_melody(chart: Chart, midi: miditoolkit.MidiFile, track: str = MELODY_TRACK) -> list[BeatNote]:
     """The notes of the song's ``track`` that start within the chart, in beats from its first beat.
 
@@ -189,11 +179,10 @@ def chart_melody(chart: Chart, midi: miditoolkit.MidiFile, track: str = MELODY_T
         raise ValueError(f"song {chart.song} has no {track} track")
     grid = np.arange(len(chart.beat_times), dtype=np.float64)  # beat numbers of the annotated beats
     end_beat = float(grid[-1])
-    notes = []
-    for note in sorted(found[0].notes, key=lambda n: (n.start, n.pitch)):
-        start_s, end_s = tick_seconds(midi, np.array([note.start, note.end]))
-        if not chart.beat_times[0] <= start_s < chart.beat_times[-1]:
-            continue
-        start, end = np.interp([start_s, end_s], chart.beat_times, grid)
-        notes.append((float(start), min(float(end), end_beat), int(note.pitch)))
-    return notes
+    melody = sorted(found[0].notes, key=lambda n: (n.start, n.pitch))
+    ticks = np.array([(n.start, n.end) for n in melody], dtype=np.int64).reshape(-1, 2)  # (N, 2)
+    seconds = tick_to_seconds(midi, ticks)  # (N, 2)
+    beats = np.interp(seconds, chart.beat_times, grid)  # (N, 2)
+    inside = (seconds[:, 0] >= chart.beat_times[0]) & (seconds[:, 0] < chart.beat_times[-1])
+    return [(float(start), min(float(end), end_beat), int(note.pitch))
+            for note, (start, end), keep in zip(melody, beats, inside) if keep]

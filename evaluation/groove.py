@@ -16,7 +16,7 @@ import csv
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -56,7 +56,6 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
     """Similarity rows of one model over the held-out pieces (pieces too short are skipped)."""
     tokenizer, model = ckpt.tokenizer, ckpt.model
     generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
-
     steer = without_end(tokenizer.eos_id) if options.full_length else None
 
     def continue_prompt(prompt: list[int], ids: list[int]) -> list[int]:
@@ -74,7 +73,8 @@ def real_continuation_rows(tokenizer: BaseTokenizer, pieces: Sequence[np.ndarray
 
 
 def _similarity_rows(label: str, tokenizer: BaseTokenizer, pieces: Sequence[np.ndarray], names: Sequence[str],
-                     options: GrooveOptions, continue_prompt: Any) -> list[SimilarityRow]:
+                     options: GrooveOptions, continue_prompt: Callable[[list[int], list[int]], list[int]]
+                     ) -> list[SimilarityRow]:
     """Rows of `continue_prompt(prompt, ids) -> tokens` over the pieces with more than the prompt's bars."""
     rows = []
     for piece, name in tqdm(list(zip(pieces, names)), desc=f"continuing ({label})", unit="piece",

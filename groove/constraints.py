@@ -27,7 +27,6 @@ import numpy as np
 
 from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
 from groove.vocab import NOTE_OFF, NOTE_ON, TIME_SHIFT, GrooveTokenTable, shift_target
-
 from tokenization import ConstraintState
 
 

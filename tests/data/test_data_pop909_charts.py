@@ -96,9 +96,3 @@ def test_charts_keep_their_beat_times():
     (chart,) = pc.chart_song("1", beats, _spans(beats, halves), bars=2, charts_per_song=1)
     assert chart.beat_times == tuple(beats[:9, 0])
 
-
-def test_tick_seconds_follows_the_tempo_map():
-    midi = miditoolkit.MidiFile(ticks_per_beat=100)
-    assert pc.tick_seconds(midi, np.array([0, 100, 250])).tolist() == pytest.approx([0.0, 0.5, 1.25])  # 120 qpm
-    midi.tempo_changes = [miditoolkit.TempoChange(60.0, 0), miditoolkit.TempoChange(120.0, 200)]
-    assert pc.tick_seconds(midi, np.array([100, 200, 300])).tolist() == pytest.approx([1.0, 2.0, 2.5])
