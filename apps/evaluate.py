@@ -22,6 +22,7 @@ quality: muspy + MusDr metrics of generated vs real pieces -> quality.{md,csv}, 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 from typing import Any, Sequence
@@ -134,6 +135,28 @@ def build_parser() -> argparse.ArgumentParser:
                               "generating; repeatable, labelled by folder name; the checkpoint gives the "
                               "tokenizer and the held-out corpus")
     quality.set_defaults(max_pieces=None)
+
+    form = command("form", "song form against held-out POP909 songs with human phrase labels")
+    threads_argument(form)
+    form.add_argument("--corpus", default=None, help="corpus root (default: the checkpoint's data.root)")
+    form.add_argument("--split", default=None, choices=("test", "valid", "train"),
+                      help="corpus split (default: test, or valid when test is empty)")
+    form.add_argument("--structure", default=None, metavar="DIR",
+                      help="POP909's phrase labels (default: pop909_structure beside the corpus's data.source)")
+    form.add_argument("--songs", type=int, default=20, help="labelled held-out songs measured (default: %(default)s)")
+    form.add_argument("--max-len", type=int, default=8192,
+                      help="tokens of a song read for its NLL and memory measure (default: %(default)s)")
+    form.add_argument("--pieces", type=int, default=4, help="unconditional pieces (default: %(default)s)")
+    form.add_argument("--form-pieces", type=int, default=0,
+                      help="pieces generated with the forms of the first held-out songs (default: %(default)s)")
+    form.add_argument("--tokens", type=int, default=12000,
+                      help="token cap of an unconditional piece (default: %(default)s)")
+    form.add_argument("--restate", type=finite_float, default=None,
+                      help="generation.form's restatement probability (default: generate.py's)")
+    form.add_argument("--temperature", type=finite_float, default=None, help="softmax temperature (default: config)")
+    form.add_argument("--top-p", type=finite_float, default=None, help="nucleus mass (default: config)")
+    form.add_argument("--json", default=None, metavar="FILE", help="also write the figures to FILE")
+    form.set_defaults(max_pieces=None)
     return parser
 
 
@@ -324,8 +347,41 @@ def run_quality(args: argparse.Namespace) -> None:
     print(evaluate_quality(models, options, real, reference, Path(args.out), generated), end="")
 
 
+def run_form(args: argparse.Namespace) -> None:
+    from data import load_corpus
+    from evaluation.form import label_songs
+    from evaluation.form_report import FormOptions, evaluate_form
+    from evaluation.quality import real_pieces_from_ids
+    from generation.form import RESTATE
+
+    set_threads(args.threads)
+    (label, ckpt), = load_models(args, token_format="remi")[:1]
+    if args.form_pieces < 0 or args.songs < 1:
+        raise ValueError("--songs must be >= 1 and --form-pieces >= 0")
+    data = ckpt.config.data
+    if data.kind != "pop909" or not data.source:
+        raise ValueError(f"spe-evaluate form needs a model trained on POP909 (data.kind {data.kind})")
+    structure = Path(args.structure) if args.structure else Path(data.source).parent / "pop909_structure"
+    if not structure.is_dir():
+        raise ValueError(f"phrase labels not found: {structure} (POP909's pop909_structure folder; --structure DIR)")
+    pieces, names = held_out_pieces(args, ckpt)
+    corpus = load_corpus(Path(args.corpus or data.root))
+    songs = [(name, list(ids), real.ids) for name, ids, real in
+             zip(names, pieces, real_pieces_from_ids(pieces, names, ckpt.tokenizer, len(pieces), 0))]
+    labelled, placement = label_songs(songs, ckpt.tokenizer, Path(data.source), structure,
+                                      corpus.summary.get("songs", {}))
+    sampling = SamplingConfig.from_defaults(ckpt.config.generate, args.top_p, args.temperature)
+    options = FormOptions(pieces=args.pieces, form_pieces=args.form_pieces, tokens=args.tokens,
+                          max_len=args.max_len, restate=RESTATE if args.restate is None else args.restate,
+                          sampling=sampling, seed=args.seed, progress=not args.no_progress)
+    text, figures = evaluate_form(label, ckpt, labelled[:args.songs], placement, options, Path(args.out))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    print(text, end="")
+
+
 COMMANDS = {"nll": run_nll, "groove": run_groove, "pe": run_pe, "templates": run_templates,
-            "quality": run_quality}
+            "quality": run_quality, "form": run_form}
 
 
 if __name__ == "__main__":

@@ -23,12 +23,14 @@ from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app,
                       threads_argument)
 from generation.audio import AudioConfig
 from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
+from generation.form import RESTATE, FormSteer, form_budget, form_chords, label_progressions, resolve_form
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
 from generation.pieces import bar_stop, keep_bars, piece_ids, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator, without_end
 from model import resolve_device
 from groove.roles import TICKS_PER_BAR
 from tokenization import MIDI_SUFFIXES, format_of
+from tokenization.form import form_bars, form_text
 from training.checkpoint import load_model
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "--prompt's, whose own bars are then skipped")
     parser.add_argument("--chords-midi", default=None, metavar="MIDI",
                         help="the song whose tempo map places an annotation's chords in bars (default: --prompt)")
+    parser.add_argument("--form", default=None, metavar="FORM",
+                        help='the song\'s form in POP909\'s label notation, e.g. "i4 A8 B8 A8 B8 x4 B8 o4" (a letter '
+                             "and bars per phrase; A-H melodic, X a melodic phrase that does not return, i intro, o "
+                             "outro, b c x interludes; spaces optional), or 'auto' for a drawn pop form: a "
+                             "returning label restates its first phrase's bars (see --restate); with a --prompt, "
+                             "its bars are the form's first bars; --chords may give a progression per label, "
+                             "\"A: C G Am F; B: F G C C\"")
+    parser.add_argument("--restate", type=finite_float, default=None,
+                        help=f"with --form: the probability that a returning phrase's bar restates its first "
+                             f"occurrence's (the others are written afresh; default {RESTATE})")
     parser.add_argument("--tokens", type=int, default=None,
                         help="new tokens to generate (default: the checkpoint's generate.tokens); "
                              "with --bars, the token budget")
@@ -115,6 +127,8 @@ def progression(args: argparse.Namespace) -> tuple[list | None, list | None]:
         raise ValueError("--chords-midi places the chords of --chords-file: give that file too")
     if args.chords is None and args.chords_file is None:
         return None, None
+    if args.form is not None and args.chords is not None and ":" in args.chords:
+        return None, None  # chords per label: see form_request
     if args.no_constraints:
         raise ValueError("--chords needs the grammar-constrained sampler: drop --no-constraints")
     if args.chords is not None:
@@ -151,6 +165,31 @@ def infill_span(args: argparse.Namespace) -> tuple[int, int] | None:
     return span
 
 
+def form_request(args: argparse.Namespace) -> tuple[list | None, list | None]:
+    """The phrases of --form (None without it) and, when --chords gives them per label, the chord of
+    every bar of the form (None otherwise); conflicts are checked before anything loads."""
+    if args.form is None:
+        if args.restate is not None:
+            raise ValueError("--restate applies to --form: give a form")
+        if args.chords is not None and ":" in args.chords:
+            raise ValueError("chords per label (A: ...) need --form")
+        return None, None
+    for flag, given in (("--infill-bars", args.infill_bars), ("--bars", args.bars),
+                        ("--chords-file", args.chords_file)):
+        if given is not None:
+            raise ValueError(f"--form sets the song's bars: drop {flag}")
+    if args.no_constraints:
+        raise ValueError("--form needs the grammar-constrained sampler: drop --no-constraints")
+    if args.restate is not None and not 0.0 <= args.restate <= 1.0:
+        raise ValueError(f"--restate must be in [0, 1], got {args.restate}")
+    if args.prompt_bars == ALL:
+        raise ValueError("--form with --prompt-bars all: give the number of the prompt's bars the form starts with")
+    phrases = resolve_form(args.form, 0 if args.seed is None else args.seed)
+    if args.chords is None or ":" not in args.chords:
+        return phrases, None
+    return phrases, form_chords(phrases, label_progressions(args.chords))
+
+
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.suffix.lower() not in MIDI_SUFFIXES:
@@ -163,6 +202,7 @@ def run(args: argparse.Namespace) -> None:
         raise ValueError(f"prompt file not found: {args.prompt}")
     if args.soundfont is not None and not Path(args.soundfont).is_file():
         raise ValueError(f"soundfont not found: {args.soundfont}")
+    phrases, form_bar_chords = form_request(args)
     chords, spans = progression(args)
     span = infill_span(args)
     set_threads(args.threads)
@@ -182,6 +222,9 @@ def run(args: argparse.Namespace) -> None:
         if args.no_constraints:
             raise ValueError("--hold-bars needs the grammar-constrained sampler: drop --no-constraints")
         tokenizer.hold_limit = args.hold_bars * TICKS_PER_BAR
+    if phrases is not None and format_of(tokenizer) != "remi":
+        raise ValueError(f"--form writes pop piano songs (REMI); this model writes the "
+                         f"{format_of(tokenizer)} format")
     sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus,
                                             constrained=not args.no_constraints)
     budget = defaults.tokens if args.tokens is None else args.tokens
@@ -204,6 +247,14 @@ def run(args: argparse.Namespace) -> None:
                              f"{prompt_bars}: nothing is left to follow")
         chords = chords[prompt_bars:]
     steer = None if chords is None else ChordSteer(tokenizer, chords, bars_from)
+    if phrases is not None:  # bars count from the piece's first: the prompt's bars are the form's first
+        budget = form_budget(phrases, len(tokenizer.bar_starts(prompt)) if args.prompt else 0, args.tokens,
+                             defaults.tokens)
+        if form_bar_chords is not None:
+            steer = ChordSteer(tokenizer, form_bar_chords, 0)
+        steer = FormSteer(tokenizer, phrases, 0, RESTATE if args.restate is None else args.restate, seed, steer)
+        bars_from, args.bars = 0, form_bars(phrases)
+        logger.info("form %s: %d bars", form_text(phrases), args.bars)
     if job is not None:
         steer = job.steer()
     if args.no_end:

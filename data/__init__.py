@@ -14,6 +14,7 @@ from data.kinds import CORPUS_KINDS, FORMAT_OF_KIND, check_kind_format
 from data.music21_corpus import build_default_corpus
 from data.pop1k7 import RestrictedUnpickler, UnsafePickleError, build_pop1k7_corpus
 from data.pop909 import build_pop909_corpus
+from data.streams import Segment, SongStreams
 
 __all__ = [
     "CORPUS_KINDS",
@@ -24,6 +25,8 @@ __all__ = [
     "CropDataset",
     "PieceInfo",
     "RestrictedUnpickler",
+    "Segment",
+    "SongStreams",
     "TokenCorpus",
     "UnsafePickleError",
     "ValidationSet",

@@ -32,19 +32,20 @@ class DataSection(Protocol):
     format: str  # token format (tokenization.registry)
     time_signatures: bool  # tokenizer setting of the REMI format
     max_pieces: Optional[int]  # default: chorales used; trio: pieces generated; groove_mma: songs charted
+    downbeats: Optional[str]  # pop909: folder of POP909's beat annotations that align the bars
 
 
-# data.kind -> its builder, called as (source, root, tokenizer or None for groove, max_pieces)
-Builder = Callable[[Optional[str], Path, Optional[BaseTokenizer], Optional[int]], object]
+# data.kind -> its builder, called as (source, root, tokenizer or None for groove, max_pieces, downbeats)
+Builder = Callable[[Optional[str], Path, Optional[BaseTokenizer], Optional[int], Optional[str]], object]
 BUILDERS: dict[str, Builder] = {
-    "default": lambda source, root, tok, limit: build_default_corpus(root, tok, max_chorales=limit),
-    "midi_folder": lambda source, root, tok, limit: build_midi_folder_corpus(source, root, tok),
-    "pop1k7": lambda source, root, tok, limit: build_pop1k7_corpus(source, root, tok),
-    "pop909": lambda source, root, tok, limit: build_pop909_corpus(source, root, tok),
-    "groove": lambda source, root, tok, limit: build_groove_corpus(source, root),
-    "trio": lambda source, root, tok, limit: build_groove_corpus(None, root, **({"trio_pieces": limit}
-                                                                               if limit else {})),
-    "groove_mma": lambda source, root, tok, limit: build_mma_token_corpus(source, root, songs=limit),
+    "default": lambda source, root, tok, limit, beats: build_default_corpus(root, tok, max_chorales=limit),
+    "midi_folder": lambda source, root, tok, limit, beats: build_midi_folder_corpus(source, root, tok),
+    "pop1k7": lambda source, root, tok, limit, beats: build_pop1k7_corpus(source, root, tok),
+    "pop909": lambda source, root, tok, limit, beats: build_pop909_corpus(source, root, tok, downbeats=beats),
+    "groove": lambda source, root, tok, limit, beats: build_groove_corpus(source, root),
+    "trio": lambda source, root, tok, limit, beats: build_groove_corpus(None, root, **({"trio_pieces": limit}
+                                                                                      if limit else {})),
+    "groove_mma": lambda source, root, tok, limit, beats: build_mma_token_corpus(source, root, songs=limit),
 }
 
 
@@ -54,7 +55,7 @@ def prepare_corpus(data: DataSection, is_main: bool = True,
     `barrier` makes the other processes of a distributed run wait for it."""
     if is_main and not corpus_built(data.root):
         build_corpus(data.kind, data.root, data.source, time_signatures=data.time_signatures,
-                     max_pieces=data.max_pieces)
+                     max_pieces=data.max_pieces, downbeats=data.downbeats)
     if barrier is not None:
         barrier()
     return load_checked_corpus(data.kind, data.root, data.format, data.time_signatures)
@@ -66,7 +67,7 @@ def corpus_built(root: str | Path) -> bool:
 
 
 def build_corpus(kind: str, root: str | Path, source: str | None = None, *, time_signatures: bool = True,
-                 max_pieces: int | None = None) -> None:
+                 max_pieces: int | None = None, downbeats: str | None = None) -> None:
     """Tokenise the raw input of corpus `kind` into `root` (`source`: the raw folder, where needed)."""
     root = Path(root)
     if kind not in BUILDERS:
@@ -77,7 +78,7 @@ def build_corpus(kind: str, root: str | Path, source: str | None = None, *, time
     logger.info("building the %s corpus in %s", kind, root)
     token_format = FORMAT_OF_KIND[kind]  # the groove builders make their own tokenizer (no settings)
     tokenizer = format_class(token_format)(time_signatures=time_signatures) if token_format == "remi" else None
-    BUILDERS[kind](source, root, tokenizer, max_pieces)
+    BUILDERS[kind](source, root, tokenizer, max_pieces, downbeats)
 
 
 def load_checked_corpus(kind: str, root: str | Path, token_format: str, time_signatures: bool) -> TokenCorpus:

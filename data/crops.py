@@ -123,14 +123,22 @@ class CropDataset(Dataset):
 
     def draw_transposition(self, crop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The crop transposed by a random shift that keeps it inside the pitch range (0 always does)."""
-        for semitones in rng.permutation(np.arange(-self.transpose, self.transpose + 1)):
-            if semitones == 0:
-                return crop
-            try:
-                return np.asarray(self.tokenizer.transpose(crop.tolist(), int(semitones)), dtype=np.int64)
-            except ValueError:
-                continue
-        return crop
+        return draw_transposition(self.tokenizer, crop, rng, self.transpose)
+
+
+def draw_transposition(tokenizer: BaseTokenizer, tokens: np.ndarray, rng: np.random.Generator,
+                       transpose: int) -> np.ndarray:
+    """Tokens transposed by a shift drawn from -transpose .. +transpose, re-drawn (without
+    replacement) while it would leave the tokenizer's pitch range (0 always fits)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    for semitones in rng.permutation(np.arange(-transpose, transpose + 1)):
+        if semitones == 0:
+            return tokens
+        try:
+            return np.asarray(tokenizer.transpose(tokens.tolist(), int(semitones)), dtype=np.int64)
+        except ValueError:
+            continue
+    return tokens
 
 
 def pad_crop(crop: np.ndarray, crop_len: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

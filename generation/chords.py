@@ -39,6 +39,7 @@ from tokenization import BaseTokenizer
 from tokenization.midi_io import load_midi
 
 Chord = tuple[int, str] | None  # (root pitch class, REMI quality), None: no chord
+FREE = "free"  # in a ChordSteer's list: a bar whose chord the model chooses
 Span = tuple[float, float, Chord]  # an annotation's chord: start and end in seconds, the chord
 
 QUALITIES = {"": "M", "m": "m", "dim": "o", "aug": "+", "sus2": "sus2", "sus4": "sus4", "7": "7",
@@ -166,7 +167,9 @@ class ChordSteer:
     def __init__(self, tokenizer: BaseTokenizer, chords: Sequence[Chord], bars_from: int) -> None:
         require_chord_tokens(tokenizer)
         vocab = tokenizer.vocab
-        self.chords = [vocab[chord_token(*chord) if chord else chord_token(None, None)] for chord in chords]
+        # per bar: the chord token to write, or -1 where the model chooses (FREE)
+        self.chords = [-1 if chord == FREE else vocab[chord_token(*chord) if chord else chord_token(None, None)]
+                       for chord in chords]
         self.bars_from = bars_from  # index of the token from which bars are counted (a Bar token)
         self.bar, self.beat0, self.eos = tokenizer.bar_id, vocab["Beat_0"], tokenizer.eos_id
         self.beats = np.asarray(vocab.by_type("Beat"), dtype=np.int64)
@@ -180,6 +183,8 @@ class ChordSteer:
             return allowed
         narrowed = allowed.copy()
         narrowed[self.eos] = False  # the progression is not over yet
+        if self.chords[len(starts) - 1] < 0:  # a free bar
+            return narrowed
         bar = tail[starts[-1]:]  # the bar being written, from its Bar token
         beats = np.isin(bar, self.beats)
         if not beats.any():  # Bar [TimeSig] so far: open the bar on its first beat

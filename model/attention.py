@@ -43,7 +43,7 @@ class CausalLinearAttention(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.features = FavorFeatures(qk_dims, cfg.feature_dims)
         # (H,) log(gamma_h) of a decayed state (cfg.decay_horizon), None without decay; from the config
-        self.register_buffer("log_decay", decay_rates(cfg.n_head, cfg.decay_horizon)
+        self.register_buffer("log_decay", decay_rates(cfg.n_head, cfg.decay_horizon, cfg.memory_heads)
                              if cfg.decay_horizon else None, persistent=False)
 
     def inputs(self, x: torch.Tensor, pe: PositionalEncoding, context: PositionalContext

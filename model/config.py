@@ -39,6 +39,9 @@ class ModelConfig:
     # 32 tokens up to this many (RetNet-style), so attention statistics stop drifting with the position
     # beyond it; 0: no decay (every head sums over the whole past)
     decay_horizon: int = 0
+    # with decay_horizon: this many heads (the last ones) never forget, beside the decayed ones, so that
+    # a song's first sections stay in the state when they return (0: every head decays)
+    memory_heads: int = 0
 
     def __post_init__(self) -> None:
         positive = ("vocab_size", "n_layer", "n_head", "d_model", "d_ff", "num_realizations",
@@ -57,6 +60,12 @@ class ModelConfig:
         if isinstance(self.decay_horizon, bool) or not isinstance(self.decay_horizon, int) \
                 or self.decay_horizon < 0:
             raise ValueError(f"ModelConfig.decay_horizon must be an int >= 0, got {self.decay_horizon!r}")
+        if isinstance(self.memory_heads, bool) or not isinstance(self.memory_heads, int) \
+                or not 0 <= self.memory_heads < self.n_head:
+            raise ValueError(f"ModelConfig.memory_heads must be an int in 0 .. n_head - 1, got {self.memory_heads!r}")
+        if self.memory_heads and not self.decay_horizon:
+            raise ValueError("ModelConfig.memory_heads needs decay_horizon > 0 (without decay every head "
+                             "already keeps the whole past)")
         if self.code_dtype not in CODE_DTYPES:
             raise ValueError(f"ModelConfig.code_dtype must be one of {CODE_DTYPES}, got {self.code_dtype!r}")
         if self.attention not in ATTENTION_KINDS:

@@ -85,13 +85,16 @@ def resolve_kernel(name: str) -> tuple[str, CausalKernel]:
     return name, kernel
 
 
-def decay_rates(n_head: int, horizon: int) -> torch.Tensor:
-    """(H,) log decay rates log(gamma_h) of a multi-scale decayed state: the heads' horizons
-    1 / (1 - gamma_h) are spaced geometrically from min(32, horizon) to `horizon` tokens, as RetNet's
-    gamma_h = 1 - 2^(-5 - h) are from 32 tokens upwards."""
+def decay_rates(n_head: int, horizon: int, memory_heads: int = 0) -> torch.Tensor:
+    """(H,) log decay rates log(gamma_h) of a multi-scale decayed state: the horizons 1 / (1 - gamma_h)
+    of the first H - memory_heads heads are spaced geometrically from min(32, horizon) to `horizon`
+    tokens, as RetNet's gamma_h = 1 - 2^(-5 - h) are from 32 tokens upwards; the last `memory_heads`
+    heads never forget (gamma = 1)."""
+    decayed = n_head - memory_heads
     shortest = min(32.0, float(horizon))
-    horizons = torch.logspace(math.log10(shortest), math.log10(horizon), n_head, dtype=torch.float64)
-    return torch.log1p(-1.0 / horizons.clamp_min(1.0 + 1e-6)).float()
+    horizons = torch.logspace(math.log10(shortest), math.log10(horizon), decayed, dtype=torch.float64)
+    rates = torch.log1p(-1.0 / horizons.clamp_min(1.0 + 1e-6))
+    return torch.cat([rates, rates.new_zeros(memory_heads)]).float()
 
 
 def decayed_causal_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_decay: torch.Tensor,

@@ -162,14 +162,29 @@ class MusicPerformer(nn.Module):
         if tokens.dim() != 2 or tokens.shape[0] != state.layers[0].kv.shape[0]:
             raise ValueError(f"feed expects tokens of shape ({state.layers[0].kv.shape[0]}, length), "
                              f"got {tuple(tokens.shape)}")
+        x, state = self._run(tokens, state)  # (B, N, C)
+        return self.head(self.ln_f(x[:, -1])), state  # (B, V)
+
+    def forward_state(self, tokens: torch.Tensor, targets: torch.Tensor | None, state: GenerationState,
+                      reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor | None, GenerationState]:
+        """`forward` continued from a recurrent state (training with state passing): (B, N) tokens at
+        positions state.position onwards -> (B, N, V) logits, the loss (as `forward`) and the state
+        after them. Gradients flow into the state's tensors; detach the state (`detach_state`) to
+        truncate backpropagation between calls."""
+        x, state = self._run(tokens, state)  # (B, N, C)
+        logits = self.head(self.ln_f(x))  # (B, N, V)
+        loss = None if targets is None else token_loss(logits, targets, reduction)
+        return logits, loss, state
+
+    def _run(self, tokens: torch.Tensor, state: GenerationState) -> tuple[torch.Tensor, GenerationState]:
+        """The blocks over (B, N) tokens after `state`: final hidden states (B, N, C), next state."""
         x, context = self._embed(tokens, state.positional_noise, start=state.position)  # (B, N, C)
         layers = []
         for block, layer_state in zip(self.blocks, state.layers):
             x, layer_state = block.step(x, self.pe, context, layer_state)
             layers.append(layer_state)
-        logits = self.head(self.ln_f(x[:, -1]))  # (B, V)
-        return logits, GenerationState(position=state.position + tokens.shape[1],
-                                       positional_noise=state.positional_noise, layers=layers)
+        return x, GenerationState(position=state.position + tokens.shape[1],
+                                  positional_noise=state.positional_noise, layers=layers)
 
     def _embed(self, tokens: torch.Tensor, positional_noise: PositionalNoise | None, start: int
                ) -> tuple[torch.Tensor, PositionalContext]:
@@ -187,6 +202,12 @@ class MusicPerformer(nn.Module):
         context = self.pe.context(positional_noise, start, length, batch=tokens.shape[0])
         x = self.embedding(tokens) * math.sqrt(self.cfg.d_model)  # (B, N, C)
         return self.dropout(self.pe.embed(x, start)), context
+
+
+def detach_state(state: GenerationState) -> GenerationState:
+    """The same state cut from the autograd graph (truncated backpropagation through the state)."""
+    layers = [LayerState(kv=layer.kv.detach(), offset=layer.offset.detach()) for layer in state.layers]
+    return GenerationState(position=state.position, positional_noise=state.positional_noise, layers=layers)
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = True) -> int:

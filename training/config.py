@@ -59,6 +59,13 @@ class DataConfig:
     # draw the crop that reaches a piece's end with probability crop_len / its length, so that endings
     # (and the end token) are trained as often as middles (data.crops.CropDataset); False: once per bar start
     end_crops: bool = False
+    # train with state passing (data.streams): each of train.batch_size streams reads whole songs from
+    # their start in consecutive segments of crop_len tokens, and the model's recurrent state is carried
+    # from one segment to the next (gradients stop at the segment's start); False: independent crops
+    state_passing: bool = False
+    # pop909: folder of POP909's beat annotations (NNN/beat_midi.txt); each song is moved so that its
+    # first annotated downbeat falls on a bar line, and the tokens' bars are the music's (data.pop909)
+    downbeats: Optional[str] = None
 
     def validate(self) -> None:
         _choice("data.kind", self.kind, CORPUS_KINDS)
@@ -71,6 +78,11 @@ class DataConfig:
             raise ValueError(f"data.fim_rate must be in [0, 1], got {self.fim_rate}")
         if self.fim_rate > 0 and self.format != "remi":
             raise ValueError(f"data.fim_rate needs data.format=remi (fill in the middle), got {self.format}")
+        if self.downbeats is not None and self.kind != "pop909":
+            raise ValueError(f"data.downbeats aligns POP909's bars: it needs data.kind=pop909, got {self.kind}")
+        if self.state_passing and (self.fim_rate > 0 or self.max_bars is not None or self.end_crops):
+            raise ValueError("data.state_passing reads whole songs in order: it cannot be combined with "
+                             "data.fim_rate, data.max_bars or data.end_crops")
         for name in ("max_bars", "max_pieces"):
             if getattr(self, name) is not None:
                 _at_least(f"data.{name}", getattr(self, name), 1)

@@ -26,8 +26,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
-from data import CropDataset, TokenCorpus, ValidationSet
-from model import IGNORE_INDEX, MusicPerformer, resolve_device
+from data import CropDataset, SongStreams, TokenCorpus, ValidationSet
+from model import IGNORE_INDEX, GenerationState, MusicPerformer, detach_state, resolve_device
 from training.checkpoint import capture_rng, read_meta, restore_rng, restore_training, save_checkpoint
 from training.config import RunConfig
 from training.distributed import DistEnv
@@ -134,6 +134,18 @@ class Trainer:
                                        seed=cfg.train.seed).crops  # fixed, untransposed crops
         self.stream = BatchStream(train_set, cfg.train.batch_size, cfg.train.seed, dist_env,
                                   cfg.train.num_workers, pin_memory=self.device.type == "cuda")
+        self.songs: SongStreams | None = None  # data.state_passing: the song streams, else None
+        if d.state_passing:
+            if dist_env.world > 1:
+                raise ValueError("data.state_passing trains in one process (each stream carries its own "
+                                 "state); run train.py without torchrun")
+            if cfg.train.max_epochs is not None:
+                raise ValueError("data.state_passing reads whole songs: set train.max_steps or "
+                                 "train.max_minutes, not train.max_epochs")
+            self.songs = SongStreams(train_pieces, self.tokenizer, d.crop_len, cfg.train.batch_size,
+                                     d.transpose, cfg.train.seed)
+        # per stream (state passing): the recurrent state after its last segment, None at a song's start
+        self.song_states: list[GenerationState | None] = [None] * cfg.train.batch_size
         if cfg.train.max_epochs is not None:
             steps = cfg.train.max_epochs * (len(train_set) // (cfg.train.batch_size * dist_env.world))
             if steps < 1:
@@ -169,12 +181,18 @@ class Trainer:
         state = restore_training(checkpoint, self.model, self.optimizer)
         self.step = state.step
         self.stream.epoch, self.stream.position = state.epoch, int(state.extra["position"])
+        if self.songs is not None:
+            if "streams" not in state.extra:
+                raise ValueError(f"checkpoint {checkpoint} was not trained with data.state_passing: "
+                                 f"resume it without, or start a run with --init-from")
+            self.songs.load_state_dict(state.extra["streams"])
         if len(state.rng) != self.dist.world:
             logger.warning("checkpoint has RNG states of %d processes, this run has %d",
                            len(state.rng), self.dist.world)
         rng = state.rng[self.dist.rank % len(state.rng)]
         restore_rng(rng)
         self.redraw_rng.set_state(rng["redraw"])
+        self.replay_songs()
         self.resumed = True
         logger.info("resumed from %s at step %d (epoch %d)", checkpoint, self.step, state.epoch)
 
@@ -186,7 +204,8 @@ class Trainer:
                             step=self.step, epoch=self.stream.epoch, optimizer=self.optimizer,
                             scheduler={"kind": "warmup_cosine", "step": self.step,
                                        "lr": learning_rate(self.step, self.cfg)},
-                            extra={"position": self.stream.position, "device": device_label(self.device)}, rng=rng,
+                            extra={"position": self.stream.position, "device": device_label(self.device),
+                                   **({"streams": self.songs.state_dict()} if self.songs else {})}, rng=rng,
                             keep=self.cfg.train.keep_checkpoints)
         self.dist.barrier()
 
@@ -277,17 +296,13 @@ class Trainer:
     def train_step(self) -> tuple[float, float, int]:
         """One optimisation step; returns (mean loss, gradient norm, target tokens) over processes."""
         t = self.cfg.train
-        inputs, targets = self.stream.next()
-        inputs = inputs.to(self.device, non_blocking=True)  # (B, N)
-        targets = targets.to(self.device, non_blocking=True)  # (B, N)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step, self.cfg)
         if self.redraw_due():
             self.model.redraw_features(self.redraw_rng)
+            self.replay_songs()  # the carried states were summed in the old features
         self.model.train()
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            _, loss = self.ddp(inputs, targets)  # mean cross-entropy over the (B, N) targets
-        loss.backward()
+        loss, targets = self.songs_backward() if self.songs is not None else self.crops_backward()
         clip = t.grad_clip if t.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         mean_loss, mean_norm, tokens = self.dist.mean(
@@ -300,6 +315,64 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return mean_loss, mean_norm, int(tokens * self.dist.world)
+
+    def crops_backward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward of the next batch of crops: (mean loss, targets (B, N))."""
+        inputs, targets = self.stream.next()
+        inputs = inputs.to(self.device, non_blocking=True)  # (B, N)
+        targets = targets.to(self.device, non_blocking=True)  # (B, N)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            _, loss = self.ddp(inputs, targets)  # mean cross-entropy over the (B, N) targets
+        loss.backward()
+        return loss, targets
+
+    def songs_backward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward of every stream's next segment, each from the state its previous
+        segment left (one stream at a time: each is at its own position in its own song); the loss is
+        the mean over all the streams' targets, as one batch of crops would give."""
+        segments = self.songs.next()
+        targets = torch.stack([s.targets for s in segments]).to(self.device)  # (S, N)
+        count = max(1, int((targets != IGNORE_INDEX).sum()))
+        total = torch.zeros((), device=self.device)
+        for index, segment in enumerate(segments):
+            state = self.song_states[index] if segment.start > 0 else None
+            if state is None:
+                state = self.song_state(segment.song_length)
+            inputs = segment.inputs.to(self.device)[None]  # (1, N)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                _, loss, state = self.model.forward_state(inputs, targets[index:index + 1], state,
+                                                          reduction="sum")
+            (loss / count).backward()
+            total += loss.detach()
+            self.song_states[index] = detach_state(state)
+        return total / count, targets
+
+    def song_state(self, song_length: int) -> GenerationState:
+        """An empty state for a song, with its own positional noise covering the whole song."""
+        noise = self.model.draw_positional_noise(song_length + 1)
+        return self.model.init_state(1, noise)
+
+    @torch.no_grad()
+    def replay_songs(self) -> None:
+        """Rebuild every stream's state by reading its song's earlier segments again (state passing:
+        after a resume, whose checkpoint holds the streams' places but not their states, and after a
+        FAVOR+ redraw, which changes the features the states were summed in)."""
+        if self.songs is None:
+            return
+        training = self.model.training
+        self.model.eval()
+        for index in range(self.songs.streams):
+            prefix = self.songs.prefix(index)
+            if prefix is None:
+                self.song_states[index] = None
+                continue
+            state = self.song_states[index]
+            noise = state.positional_noise if state is not None else None
+            song_length = len(self.songs.song(index))
+            state = self.model.init_state(1, noise) if noise is not None else self.song_state(song_length)
+            _, state = self.model.feed(prefix.to(self.device)[None], state)
+            self.song_states[index] = state
+        self.model.train(training)
 
     def redraw_due(self) -> bool:
         """FAVOR+ redraw schedule: every redraw_every steps, else with probability redraw_prob."""

@@ -141,6 +141,33 @@ def test_infill_rewrites_only_its_bars(remi, chorale_midi, tmp_path):
     assert not any(token.startswith("Infill_") for token in written)
 
 
+def test_a_form_restates_its_returning_phrases(remi, tmp_path):
+    run = save_tiny(tmp_path / "form_run", remi)
+    out = tmp_path / "form.mid"
+    assert main(["--checkpoint", str(run), "--out", str(out), "--form", "A2 B1 A2", "--restate", "1",
+                 "--seed", "3", "--no-progress", "--no-audio"]) == 0
+    ids = remi.strings_to_ids(read_tokens(out.with_suffix(".txt")))
+    starts = remi.bar_starts(ids) + [len(ids)]
+    assert len(starts) - 1 == 5  # the form's bars, no more
+    bars = [ids[a:b] for a, b in zip(starts, starts[1:])]
+    assert bars[3] == bars[0] and bars[4][:len(bars[1])] == bars[1][:len(bars[4])]
+    assert bars[4] == bars[1] or ids[-1] == remi.eos_id or len(bars[4]) < len(bars[1])
+    assert out.with_suffix(".png").is_file()
+
+
+def test_a_form_continues_a_prompt_and_its_chords_follow_the_labels(remi, chorale_midi, tmp_path):
+    run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")
+    out = tmp_path / "form.mid"
+    assert main(["--checkpoint", str(run), "--out", str(out), "--prompt", str(chorale_midi), "--prompt-bars", "1",
+                 "--form", "A1 B2 A1", "--chords", "A: C; B: F G", "--restate", "0", "--no-progress",
+                 "--no-audio"]) == 0
+    tokens = read_tokens(out.with_suffix(".txt"))
+    ids = remi.encode(chorale_midi)
+    prompt = remi.tokens_to_strings(ids[:remi.bar_starts(ids)[1]])
+    assert tokens[:len(prompt)] == prompt  # the prompt is the form's first bar
+    assert tokens[len(prompt):] == [t for chord in ("F_M", "G_M", "C_M") for t in ("Bar_None", "Beat_0", f"Chord_{chord}")]
+
+
 def test_bars_limit_the_new_bars(remi, chorale_midi, tmp_path):
     run = save_tiny(tmp_path / "bar_run", remi, always="Bar_None")  # a model that only writes bar lines
     out = tmp_path / "bars.mid"
@@ -262,7 +289,10 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
                                   "bad_chord_label", "infill_without_prompt", "infill_with_prompt_bars",
                                   "infill_beyond_song", "infill_of_a_plain_model", "bad_infill_range",
                                   "infill_with_chords", "hold_of_remi", "zero_hold_bars",
-                                  "no_end_unconstrained"])
+                                  "no_end_unconstrained", "form_bad_letter", "form_no_length",
+                                  "form_too_long_for_tokens", "form_of_groove", "form_with_infill",
+                                  "form_with_bars", "restate_without_form", "form_chords_unknown_label",
+                                  "label_chords_without_form", "form_shorter_than_prompt"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chorale_midi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -321,6 +351,17 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
         args += ["--chords-file", str(tmp_path / "chord_midi.txt")]
         if case == "bad_chord_label":
             args += ["--chords-midi", str(chorale_midi)]
+    elif case.startswith("form") or case.endswith("without_form"):
+        args += {"form_bad_letter": ["--form", "A8 Q8"], "form_no_length": ["--form", "A8 B"],
+                 "form_too_long_for_tokens": ["--form", "A8 B8 A8 B8"],
+                 "form_with_infill": ["--form", "A4", "--infill-bars", "1-2", "--prompt", str(chorale_midi)],
+                 "form_with_bars": ["--form", "A4", "--bars", "3"], "restate_without_form": ["--restate", "0.5"],
+                 "form_chords_unknown_label": ["--form", "A4", "--chords", "B: C G"],
+                 "label_chords_without_form": ["--chords", "A: C G"],
+                 "form_shorter_than_prompt": ["--form", "A1", "--prompt", str(chorale_midi), "--prompt-bars", "2"],
+                 }.get(case, ["--form", "A4 B4"])
+        if case == "form_of_groove":
+            args[1] = str(save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"}))
     elif case == "chords_midi_alone":
         args += ["--chords-midi", str(chorale_midi)]
     elif case.startswith("infill") or case == "bad_infill_range":
@@ -347,7 +388,12 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
                 "infill_with_prompt_bars": "drop --prompt-bars", "infill_beyond_song": "the song has",
                 "infill_of_a_plain_model": "fill-in-the-middle model", "bad_infill_range": "bar range",
                 "infill_with_chords": "does not follow chords", "hold_of_remi": "applies to groove models",
-                "zero_hold_bars": "--hold-bars must be >= 1", "no_end_unconstrained": "--no-constraints"}
+                "zero_hold_bars": "--hold-bars must be >= 1", "no_end_unconstrained": "--no-constraints",
+                "form_bad_letter": "unknown label 'Q'", "form_no_length": "no length in bars",
+                "form_too_long_for_tokens": "cannot hold them", "form_of_groove": "pop piano",
+                "form_with_infill": "drop --infill-bars", "form_with_bars": "drop --bars",
+                "restate_without_form": "give a form", "form_chords_unknown_label": "does not have",
+                "label_chords_without_form": "need --form", "form_shorter_than_prompt": "nothing is left"}
     assert expected.get(case, "") in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message
