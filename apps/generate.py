@@ -23,7 +23,7 @@ from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app,
                       threads_argument)
 from generation.audio import AudioConfig
 from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
-from generation.form import RESTATE, FormSteer, form_budget, form_chords, label_progressions, resolve_form
+from generation.form import RESTATE, form_and_chords, form_budget, form_steer
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
 from generation.pieces import bar_stop, keep_bars, piece_ids, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator, without_end
@@ -184,10 +184,7 @@ def form_request(args: argparse.Namespace) -> tuple[list | None, list | None]:
         raise ValueError(f"--restate must be in [0, 1], got {args.restate}")
     if args.prompt_bars == ALL:
         raise ValueError("--form with --prompt-bars all: give the number of the prompt's bars the form starts with")
-    phrases = resolve_form(args.form, 0 if args.seed is None else args.seed)
-    if args.chords is None or ":" not in args.chords:
-        return phrases, None
-    return phrases, form_chords(phrases, label_progressions(args.chords))
+    return form_and_chords(args.form, args.chords, 0 if args.seed is None else args.seed)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -222,9 +219,6 @@ def run(args: argparse.Namespace) -> None:
         if args.no_constraints:
             raise ValueError("--hold-bars needs the grammar-constrained sampler: drop --no-constraints")
         tokenizer.hold_limit = args.hold_bars * TICKS_PER_BAR
-    if phrases is not None and format_of(tokenizer) != "remi":
-        raise ValueError(f"--form writes pop piano songs (REMI); this model writes the "
-                         f"{format_of(tokenizer)} format")
     sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus,
                                             constrained=not args.no_constraints)
     budget = defaults.tokens if args.tokens is None else args.tokens
@@ -248,11 +242,10 @@ def run(args: argparse.Namespace) -> None:
         chords = chords[prompt_bars:]
     steer = None if chords is None else ChordSteer(tokenizer, chords, bars_from)
     if phrases is not None:  # bars count from the piece's first: the prompt's bars are the form's first
+        steer = form_steer(tokenizer, phrases, form_bar_chords, RESTATE if args.restate is None else args.restate,
+                           seed, steer)
         budget = form_budget(phrases, len(tokenizer.bar_starts(prompt)) if args.prompt else 0, args.tokens,
                              defaults.tokens)
-        if form_bar_chords is not None:
-            steer = ChordSteer(tokenizer, form_bar_chords, 0)
-        steer = FormSteer(tokenizer, phrases, 0, RESTATE if args.restate is None else args.restate, seed, steer)
         bars_from, args.bars = 0, form_bars(phrases)
         logger.info("form %s: %d bars", form_text(phrases), args.bars)
     if job is not None:

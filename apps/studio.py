@@ -48,11 +48,11 @@ class Studio:
         return StudioSession(self.workdir / uuid.uuid4().hex[:12], self.device, self.threads, self.runs)
 
     def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                 whole: bool = False, chords: str = "", progress: Any = None) -> list[Any]:
+                 whole: bool = False, chords: str = "", form: str = "", progress: Any = None) -> list[Any]:
         session = self.session(state)
         try:
             request = page_request(model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                                   whole, chords)
+                                   whole, chords, form)
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.generate(request, _progress(progress)))
@@ -135,7 +135,11 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                 whole = gr.Checkbox(False, label="Continue after the whole song (all its bars kept)",
                                     elem_id="whole_song")
                 chords = gr.Textbox(label="Chords to follow, one per bar (e.g. C Am | F G7; then the length is "
-                                          "their bars)", placeholder="C Am F G7", elem_id="chords")
+                                          "their bars), or per label of the form (A: C G Am F; B: F G C C)",
+                                    placeholder="C Am F G7", elem_id="chords")
+                form = gr.Textbox(label="Form: letter and bars per phrase (i intro, A-H sections that come back, "
+                                        "X once, b c x interludes, o outro), or auto; then the length is its bars",
+                                  placeholder="i4 A8 B8 A8 B8 o4", elem_id="form")
                 infill_bars = gr.Textbox(label="Bars of the uploaded song to rewrite (e.g. 9-12), then Infill",
                                          placeholder="9-12", elem_id="infill_bars")
                 with gr.Row():
@@ -162,8 +166,8 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                                           label="Style similarity of the continuation's quarters to the prompt piece")
         outputs = [state, status, sample, roll, audio, downloads, similarity]
 
-        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, progress=gr.Progress()):
-            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, progress)
+        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, progress=gr.Progress()):
+            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, progress)
 
         def on_continue(st, n, u, progress=gr.Progress()):
             return studio.continue_(st, n, u, progress)
@@ -173,7 +177,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
 
         infill.click(on_infill, [state, model, prompt, infill_bars, temperature, top_p, seed, samples], outputs)
         generate.click(on_generate, [state, model, prompt, prompt_bars, length, unit, temperature, top_p,
-                                     seed, samples, whole, chords], outputs)
+                                     seed, samples, whole, chords, form], outputs)
         extend.click(on_continue, [state, length, unit], outputs)
         undo.click(studio.undo, [state], outputs)
         sample.input(studio.show, [state, sample], outputs[2:])

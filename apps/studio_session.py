@@ -28,10 +28,12 @@ import torch
 
 from generation.audio import AudioConfig
 from generation.chords import ChordSteer, parse_progression
+from generation.form import RESTATE, form_and_chords, form_steer
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, parse_bar_range
 from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
+from tokenization.form import form_bars
 from training.checkpoint import PRETRAINED, list_checkpoints, load_model, shipped_default, shipped_models
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ class Request:
     prompt_bars: int = 4  # bars of the prompt kept
     whole_prompt: bool = False  # keep the whole uploaded piece and continue after its end
     chords: str = ""  # one lead-sheet chord per bar to follow ("C Am | F G7"); then length = its bars
+    form: str = ""  # a form ("i4 A8 B8 A8 B8 o4", or "auto"; generation.form); then length = its bars
     length: int = 4  # how much to generate, in `unit`
     unit: str = "bars"  # "bars" or "tokens"
     temperature: float = 1.0  # softmax temperature
@@ -110,7 +113,7 @@ class Step:
 
 
 def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: Any, temperature: Any,
-                 top_p: Any, seed: Any, samples: Any, whole: Any = False, chords: Any = "") -> Request:
+                 top_p: Any, seed: Any, samples: Any, whole: Any = False, chords: Any = "", form: Any = "") -> Request:
     """A Request from the page's raw values (numbers arrive as int, float, text or None: a client of
     the HTTP API sends what it likes); a StudioError names the field of a value that is not a number
     of its kind."""
@@ -118,7 +121,7 @@ def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: A
                    length=whole_number(length, "length", 0), unit=unit, temperature=finite_number(temperature, "temperature"),
                    top_p=finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0),
                    num_samples=whole_number(samples, "samples", 1), whole_prompt=bool(whole),
-                   chords=str(chords or ""))
+                   chords=str(chords or ""), form=str(form or ""))
 
 
 def whole_number(value: Any, name: str, default: int) -> int:
@@ -212,9 +215,15 @@ class StudioSession:
     def generate(self, request: Request, progress: Progress | None = None) -> View:
         """A new piece (N samples) from the request; the history starts again."""
         torch.set_num_threads(self.threads)
-        chords = _progression(request.chords)
+        phrases, bar_chords = _form(request)
+        chords = None if phrases else _progression(request.chords)
         length, unit = (len(chords), "bars") if chords else (request.length, request.unit)
-        _check_settings(length, unit, request.num_samples)
+        if phrases:
+            length, unit = form_bars(phrases), "bars"
+            if request.whole_prompt:
+                raise StudioError("a form starts with the prompt's first bars: untick 'continue after the whole song'")
+        else:
+            _check_settings(length, unit, request.num_samples)
         prompt_file = check_upload(request.prompt)
         ckpt = self._load(request.model)
         try:  # the model's own nucleus scope; top-p and temperature from the request
@@ -233,6 +242,14 @@ class StudioSession:
         try:
             generator = seeded_generator(check_seed(request.seed), self.device)
             steer = ChordSteer(tokenizer, chords, 0 if prompt_file is None else len(prompt)) if chords else None
+            if phrases:  # the prompt's bars are the form's first: the rest is written
+                steer = form_steer(tokenizer, phrases, bar_chords, RESTATE, int(request.seed))
+                length -= len(tokenizer.bar_starts(prompt)) if prompt_file is not None else 0
+                if length < 1:
+                    raise StudioError(f"the prompt's {request.prompt_bars} bars cover the whole form: "
+                                      f"nothing is left to write")
+                _check_settings(length, unit, request.num_samples)
+                budget = self._budget(length, unit)
             decoder = Decoder(ckpt.model, tokenizer, prompt, int(request.num_samples), sampling, generator,
                               capacity=len(prompt) + budget, steer=steer)
         except ValueError as error:
@@ -395,6 +412,18 @@ def _progression(text: str) -> list | None:
         return None
     try:
         return parse_progression(text)
+    except ValueError as error:
+        raise StudioError(str(error)) from None
+
+
+def _form(request: Request) -> tuple[list, list | None]:
+    """The phrases (empty without a form) and the per-bar chords of the page's form request."""
+    if not request.form.strip():
+        return [], None
+    if request.chords.strip() and ":" not in request.chords:
+        raise StudioError("with a form, give the chords per label (A: C G Am F; B: F G C C)")
+    try:
+        return form_and_chords(request.form, request.chords, int(request.seed))
     except ValueError as error:
         raise StudioError(str(error)) from None
 

@@ -24,8 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-from generation.chords import FREE, parse_progression
-from tokenization import BaseTokenizer
+from generation.chords import FREE, ChordSteer, parse_progression
+from tokenization import BaseTokenizer, format_of
 from tokenization.form import Phrase, first_occurrences, form_bars, parse_form
 
 RESTATE = 0.5  # default probability that a returning phrase's unit restates its first occurrence's
@@ -159,3 +159,24 @@ def form_budget(phrases: Sequence[Phrase], prompt_bars: int, tokens: int | None,
         raise ValueError(f"the form leaves {to_write} bars to write: --tokens {tokens} cannot hold them "
                          f"(give at least {MIN_TOKENS_PER_BAR * to_write}, or about {TOKENS_PER_BAR * to_write})")
     return tokens
+
+
+def form_and_chords(text: str, chords: str | None, seed: int) -> tuple[list[Phrase], list | None]:
+    """What a user's form request asks for: the phrases of `text` ('auto': drawn with `seed`) and, when
+    `chords` gives progressions per label ("A: C G Am F; B: F G C C"), the chord of every bar of the
+    form (else None). The command line and the studio both read a request through this."""
+    phrases = resolve_form(text, seed)
+    if chords is None or ":" not in chords:
+        return phrases, None
+    return phrases, form_chords(phrases, label_progressions(chords))
+
+
+def form_steer(tokenizer: BaseTokenizer, phrases: Sequence[Phrase], bar_chords: list | None, restate: float,
+               seed: int, inner=None) -> FormSteer:
+    """The steer of a form request, bars counted from the piece's first token (a prompt's bars are the
+    form's first): the chords per label (when given) under the restatement of returning phrases."""
+    if format_of(tokenizer) != "remi":
+        raise ValueError(f"a form is for pop piano models (REMI); this model writes the {format_of(tokenizer)} format")
+    if bar_chords is not None:
+        inner = ChordSteer(tokenizer, bar_chords, 0)
+    return FormSteer(tokenizer, phrases, 0, restate, seed, inner)

@@ -96,6 +96,24 @@ def test_chords_in_the_page_are_followed_bar_by_bar(tmp_path):
         StudioSession(tmp_path / "work", runs=[groove]).generate(Request(model=str(groove), chords="C G"))
 
 
+def test_a_form_in_the_page_restates_its_returning_phrases_with_their_chords(tmp_path):
+    from remi import REMITokenizer
+
+    run = save_tiny(tmp_path / "runs" / "bars", REMITokenizer(), always="Bar_None")
+    session = StudioSession(tmp_path / "work", runs=[run])
+    session.generate(page_request(str(run), None, 4, 2, "tokens", 1.0, 0.9, 0, 1, False, "A: C; B: F G",
+                                  "A1 B2 A1"))
+    strings = session.ckpt.tokenizer.tokens_to_strings(session.decoder.tokens[0])
+    assert [t for t in strings if t.startswith("Chord_")] == ["Chord_C_M", "Chord_F_M", "Chord_G_M", "Chord_C_M"]
+    for form, chords, message in (("A8 Q8", "", "unknown label 'Q'"), ("A4", "C G", "per label"),
+                                  ("A4", "B: C", "does not have"), ("A40 B40", "", "length must be 1 .. 64")):
+        with pytest.raises(StudioError, match=message):
+            session.generate(page_request(str(run), None, 4, 2, "bars", 1.0, 0.9, 0, 1, False, chords, form))
+    groove = save_tiny(tmp_path / "runs" / "groove", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
+    with pytest.raises(StudioError, match="pop piano"):
+        StudioSession(tmp_path / "work", runs=[groove]).generate(Request(model=str(groove), form="A4"))
+
+
 def test_infill_rewrites_the_bars_typed_and_keeps_the_rest(tmp_path, chorale_midi):
     from remi import REMITokenizer
 

@@ -263,3 +263,44 @@ def test_factorised_spe_code_needs_sine_spe(tmp_path, corpus_root, capsys):
                          train={"spe_code": "factorised"})
     assert train.main(["--config", str(config), "--out", str(tmp_path / "run")]) == 2
     assert "spe_code" in capsys.readouterr().err
+
+
+def test_state_passing_trains_and_resumes_on_the_same_segments(tmp_path, corpus_root, monkeypatch):
+    """data.state_passing: whole songs in consecutive segments with the carried state; a resumed run
+    reads the same segments and rebuilds the streams' states from their songs' earlier segments."""
+    config = config_file(tmp_path, corpus_root, model={"dropout": 0.0, "decay_horizon": 32, "memory_heads": 1},
+                         data={"state_passing": True, "crop_len": 24},
+                         train={"redraw_prob": 0.0, "max_steps": 8, "ckpt_every": 4, "eval_every": 4})
+    straight = tmp_path / "straight"
+    assert train.main(["--config", str(config), "--out", str(straight)]) == 0
+    saved = load_checkpoint(straight)
+    assert saved.config.data.state_passing and saved.model.cfg.memory_heads == 1
+    interrupted = tmp_path / "interrupted"
+    original_step = train.Trainer.train_step
+
+    def step_then_signal(self):
+        result = original_step(self)
+        if self.step == 5:
+            signal.raise_signal(signal.SIGTERM)
+        return result
+
+    monkeypatch.setattr(train.Trainer, "train_step", step_then_signal)
+    assert train.main(["--config", str(config), "--out", str(interrupted)]) == 128 + signal.SIGTERM
+    monkeypatch.setattr(train.Trainer, "train_step", original_step)
+    replayed = []
+    original_replay = train.Trainer.replay_songs
+    monkeypatch.setattr(train.Trainer, "replay_songs",
+                        lambda self: (replayed.append([self.songs.prefix(i) is not None
+                                                       for i in range(self.songs.streams)]),
+                                      original_replay(self))[1])
+    assert train.main(["--out", str(interrupted), "--resume"]) == 0
+    assert replayed and any(replayed[0])  # a stream was mid-song: its state was rebuilt
+    a, b = losses(straight), losses(interrupted)
+    assert len(a) == len(b) == 8 and a[:5] == b[:5]
+    assert all(abs(x - y) < 0.05 * x for x, y in zip(a[5:], b[5:]))  # the same segments, rebuilt states
+
+
+def test_state_passing_refuses_crop_options(tmp_path, corpus_root, capsys):
+    config = config_file(tmp_path, corpus_root, data={"state_passing": True, "end_crops": True})
+    assert train.main(["--config", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert "data.state_passing" in capsys.readouterr().err
