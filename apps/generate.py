@@ -269,8 +269,9 @@ def run(args: argparse.Namespace) -> None:
     elif args.bars is not None:
         results = [keep_bars(tokenizer, result, bars_from, args.bars) for result in results]
     audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)
+    sections = [(p.first, p.label) for p in phrases] if phrases is not None else []
     for path, result in zip(sample_paths(out, len(results)), results):
-        write_piece(tokenizer, result, path, audio=audio)
+        write_piece(tokenizer, result, path, audio=audio, sections=sections)
 
 
 def sample_paths(out: Path, count: int) -> list[Path]:

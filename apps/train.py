@@ -20,6 +20,7 @@ signal exits with 128 + its number after the checkpoint (exit statuses: apps/cli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from data.build import prepare_corpus
 from model import resolve_device
 from training import finetune
 from training.checkpoint import list_checkpoints, read_meta
-from training.checkpoint_store import clean_stale, newest_complete
+from training.checkpoint_store import RunLock, clean_stale, newest_complete
 from training.config import RunConfig, apply_overrides, load_config
 from training.distributed import DistEnv
 from training.trainer import Trainer, TrainingDiverged
@@ -95,6 +96,16 @@ def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
             raise ValueError(f"{out} already holds a run; pass --resume or choose another --out")
         cfg = finetune.finetune_config(source, args.config, overrides) if source is not None \
             else load_config(args.config or DEFAULT_CONFIG, overrides)
+    # one training per run folder: taken once the config is known good, before anything is written
+    with RunLock(out) if dist_env.rank == 0 else contextlib.nullcontext():
+        return train(args, cfg, dist_env, source, out, resume_from)
+
+
+def train(args: argparse.Namespace, cfg: RunConfig, dist_env: DistEnv, source, out: Path,
+          resume_from: Path | None) -> int:
+    """Build the corpus and the trainer, then fresh, resumed or fine-tuned training into `out`."""
+    if resume_from is None and list_checkpoints(out):  # a run that ended while this one started
+        raise ValueError(f"{out} already holds a run; pass --resume or choose another --out")
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     if dist_env.world > 1:
         dist_env.init(device)

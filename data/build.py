@@ -51,9 +51,11 @@ BUILDERS: dict[str, Builder] = {
 
 def prepare_corpus(data: DataSection, is_main: bool = True,
                    barrier: Callable[[], None] | None = None) -> TokenCorpus:
-    """The corpus of a data section, built first (by the main process) when it is not there yet;
-    `barrier` makes the other processes of a distributed run wait for it."""
-    if is_main and not corpus_built(data.root):
+    """The corpus of a data section, built first (by the main process) when it is not there yet, or
+    built again when its source folder changed since (its files, their sizes and times, or another
+    folder; the builder says why); `barrier` makes the other processes of a distributed run wait."""
+    rebuild = data.kind in NEEDS_SOURCE and data.source is not None and Path(data.source).is_dir()
+    if is_main and (rebuild or not corpus_built(data.root)):
         build_corpus(data.kind, data.root, data.source, time_signatures=data.time_signatures,
                      max_pieces=data.max_pieces, downbeats=data.downbeats)
     if barrier is not None:

@@ -275,14 +275,27 @@ def folder_settings(folder: Path, files: Iterable[Path], tokenizer: BaseTokenize
             "tokenizer": tokenizer.settings()}
 
 
+CHANGES = {"folder": "data.source names another folder", "files": "files were added to, removed from or "
+           "changed in data.source", "tokenizer": "the tokenizer settings differ"}  # a settings key -> why
+
+
+def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    """Why a corpus built with `saved` settings is stale, in words."""
+    keys = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+    return "; ".join(CHANGES.get(k, f"{k} was {saved.get(k)!r}, is now {current.get(k)!r}") for k in keys)
+
+
 def cached_corpus(root: str | Path, builder: str, settings: dict[str, Any]) -> TokenCorpus | None:
     """The corpus at ``root`` if it was built by ``builder`` with exactly these settings, else None."""
     path = Path(root) / "summary.json"
     if not path.is_file():
         return None
     summary = json.loads(path.read_text())
-    if summary.get("builder") != builder or summary.get("settings") != json.loads(json.dumps(settings)):
-        logger.info("%s: settings changed, rebuilding the token arrays", root)
+    settings = json.loads(json.dumps(settings))
+    saved = summary.get("settings") or {}
+    if summary.get("builder") != builder or saved != settings:
+        logger.warning("%s: rebuilding the corpus: %s", root, changed_settings(saved, settings)
+                       if summary.get("builder") == builder else f"it was built by {summary.get('builder')}")
         return None
     logger.info("%s: using the cached corpus", root)
     corpus = TokenCorpus(root)

@@ -1,14 +1,15 @@
 """Piano-roll pictures of decoded pieces (matplotlib, Agg backend: no display needed).
 
 Accepts what the tokenizers decode to: a `miditoolkit.MidiFile` (REMI) or a `muspy.Music` (groove).
-One colour per track, time in beats, an optional dashed line where the prompt ends.
+One colour per track, time in beats, an optional dashed line where the prompt ends, and optional
+section marks (a song's form: each phrase's label at its first bar).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Sequence, Union
 
 import matplotlib
 import miditoolkit
@@ -52,8 +53,9 @@ def _label(name: str | None, program: int, is_drum: bool) -> str:
 
 
 def save_pianoroll(music: Music, path: str | Path, title: str = "",
-                   prompt_end_beat: float | None = None) -> None:
-    """Draw the piece's notes as a piano roll into an image file (format from the suffix)."""
+                   prompt_end_beat: float | None = None, sections: Sequence[tuple[float, str]] = ()) -> None:
+    """Draw the piece's notes as a piano roll into an image file (format from the suffix); `sections`:
+    (beat, label) of each section's start, drawn as a line and its label."""
     notes = roll_notes(music)
     tracks = sorted({n.track for n in notes})
     colours = {track: plt.get_cmap("tab10")(i % 10) for i, track in enumerate(tracks)}
@@ -69,6 +71,9 @@ def save_pianoroll(music: Music, path: str | Path, title: str = "",
     axes.set_ylim(low - 2, high + 2)
     for bar in range(0, int(length) + 1, 4):
         axes.axvline(bar, color="0.85", linewidth=0.5, zorder=0)
+    for beat, label in sections:
+        axes.axvline(beat, color="tab:red", linewidth=0.8, alpha=0.7, zorder=1)
+        axes.text(beat + 0.5, high + 1.2, label, color="tab:red", fontsize=9, va="center", fontweight="bold")
     if prompt_end_beat is not None:
         axes.axvline(prompt_end_beat, color="black", linestyle="--", linewidth=1.0, label="end of prompt")
     handles = [Rectangle((0, 0), 1, 1, color=colours[t]) for t in tracks]

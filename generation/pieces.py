@@ -105,9 +105,25 @@ def write_midi(music: Music, path: Path) -> None:
         raise TypeError(f"cannot write a {type(music).__name__} as MIDI")
 
 
-def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, audio: AudioConfig | None = None
-                ) -> None:
-    """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them."""
+def bar_times(tokenizer: BaseTokenizer, ids: Sequence[int], bars: Sequence[int]) -> list[float]:
+    """Where (in beats) each of the given bars (0-based indices, ascending) begins; bars beyond the
+    piece are left out."""
+    starts = tokenizer.bar_starts(list(ids))
+    state, position, times = tokenizer.constraint_state(), 0, []
+    for bar in bars:
+        if bar >= len(starts):
+            break
+        while position < starts[bar]:
+            state.advance(ids[position])
+            position += 1
+        times.append(state.next_bar_time())
+    return times
+
+
+def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, audio: AudioConfig | None = None,
+                sections: Sequence[tuple[int, str]] = ()) -> None:
+    """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them.
+    `sections`: (first bar, label) of a form's phrases, marked on the piano roll."""
     report = tokenizer.decode_with_report(result.tokens)
     if report.skipped:
         logger.warning("%d invalid events were skipped while decoding", report.skipped)
@@ -120,7 +136,9 @@ def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, a
         write_midi(report.music, midi_path)
         text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
         outputs.temp(out.with_suffix(".txt")).write_text(text)
-        save_pianoroll(report.music, outputs.temp(out.with_suffix(".png")), title, prompt_end)
+        beats = bar_times(tokenizer, result.tokens, [bar for bar, _ in sections])
+        save_pianoroll(report.music, outputs.temp(out.with_suffix(".png")), title, prompt_end,
+                       [(beat, label) for beat, (_, label) in zip(beats, sections)])
         if audio is not None:
             render_files(midi_path, outputs.temp(out.with_suffix(".wav")),
                          outputs.temp(out.with_suffix(".ogg")), audio)

@@ -179,3 +179,49 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's live process
         return True
     return True
+
+
+LOCK = ".lock"  # run_dir/.lock: held (an OS lock) by the one process training in run_dir
+
+
+class RunFolderBusy(ValueError):
+    """Another live process is training in this run folder."""
+
+
+class RunLock:
+    """An exclusive OS lock on a run folder (fcntl.flock on run_dir/.lock, holding the PID): a second
+    training on the same folder is refused while the first runs; the lock dies with its process, so
+    a killed run never blocks the next one.
+
+        with RunLock(run_dir):
+            ...train...
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / LOCK
+        self.handle = None
+
+    def __enter__(self) -> RunLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise RunFolderBusy(f"{self.path.parent} is in use by another training (PID {holder}): wait for "
+                                f"it to end, or choose another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            self.handle.close()  # releases the lock
+            self.handle = None

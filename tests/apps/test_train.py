@@ -304,3 +304,20 @@ def test_state_passing_refuses_crop_options(tmp_path, corpus_root, capsys):
     config = config_file(tmp_path, corpus_root, data={"state_passing": True, "end_crops": True})
     assert train.main(["--config", str(config), "--out", str(tmp_path / "run")]) == 2
     assert "data.state_passing" in capsys.readouterr().err
+
+
+def test_a_second_training_on_a_busy_run_folder_is_refused(tmp_path, corpus_root, capsys):
+    """One training per run folder: a live holder of the lock (its PID named) refuses another;
+    a lock left by a process that died never blocks."""
+    from training.checkpoint_store import RunLock
+
+    config = config_file(tmp_path, corpus_root, train={"max_steps": 2})
+    out = tmp_path / "run"
+    with RunLock(out):
+        assert train.main(["--config", str(config), "--out", str(out), "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert f"in use by another training (PID {os.getpid()})" in err and len(err.strip().splitlines()) == 1
+        assert not (out / "checkpoints").exists()
+    (out / ".lock").write_text("999999\n")  # what a killed run leaves: the file, no lock
+    assert train.main(["--config", str(config), "--out", str(out), "--resume"]) == 0
+    assert [p.name for p in list_checkpoints(out)] == ["step_000002"]
