@@ -25,7 +25,7 @@ from generation.audio import AudioConfig
 from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
 from generation.form import RESTATE, form_and_chords, form_budget, form_steer
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
-from generation.pieces import bar_stop, keep_bars, piece_ids, prompt_ids, start_ids, write_piece
+from generation.pieces import bar_stop, bars_budget, keep_bars, piece_ids, prompt_ids, start_ids, write_piece
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator, without_end
 from model import resolve_device
 from groove.roles import TICKS_PER_BAR
@@ -228,6 +228,7 @@ def run(args: argparse.Namespace) -> None:
     if span is not None:
         job = InfillJob.of(tokenizer, piece_ids(tokenizer, args.prompt), span)
         prompt, args.bars = job.prompt, job.bars
+        budget = bars_budget(job.bars, args.tokens, defaults.tokens, f"--infill-bars {args.infill_bars}")
     elif args.prompt is not None:
         bars = PROMPT_BARS if args.prompt_bars is None else args.prompt_bars
         prompt = prompt_ids(tokenizer, args.prompt, None if bars == ALL else bars)

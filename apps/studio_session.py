@@ -29,7 +29,7 @@ import torch
 from generation.audio import AudioConfig
 from generation.chords import ChordSteer, parse_progression
 from generation.form import RESTATE, form_and_chords, form_steer
-from generation.infill import INFILL_MODEL, InfillJob, has_infill, parse_bar_range
+from generation.infill import INFILL_MODEL, InfillIncomplete, InfillJob, has_infill, parse_bar_range
 from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
@@ -366,7 +366,11 @@ class StudioSession:
         seconds = time.perf_counter() - began
         results = decoder.results()
         if self.infill_job is not None:  # back in time order: the song with its rewritten bars
-            results = [self.infill_job.restore(result) for result in results]
+            try:
+                results = [self.infill_job.restore(result) for result in results]
+            except InfillIncomplete as error:
+                self.decoder = None  # nothing to continue: the rewrite did not happen
+                raise StudioError(str(error).replace(" (raise --tokens)", "")) from None
         self.takes += 1
         folder = self.workdir / f"take_{self.takes:03d}"
         audio = AudioConfig() if self.request.audio else None

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from generation.chords import FREE, ChordSteer, parse_progression
+from generation.pieces import bars_budget
 from tokenization import BaseTokenizer, format_of
 from tokenization.form import Phrase, first_occurrences, form_bars, parse_form
 
@@ -137,8 +138,6 @@ def form_chords(phrases: Sequence[Phrase], progressions: dict[str, list]) -> lis
 
 
 AUTO = "auto"  # --form auto: a drawn form
-MIN_TOKENS_PER_BAR = 40  # a token budget below this per bar to write cannot hold the form (real: 64 +- 14)
-TOKENS_PER_BAR = 120  # the token budget per bar of the form when the user gives none
 
 
 def resolve_form(text: str, seed: int) -> list[Phrase]:
@@ -152,13 +151,7 @@ def form_budget(phrases: Sequence[Phrase], prompt_bars: int, tokens: int | None,
     if prompt_bars >= total:
         raise ValueError(f"the prompt has {prompt_bars} bars and the form {total}: nothing is left to write "
                          f"(give a longer form or fewer --prompt-bars)")
-    to_write = total - prompt_bars
-    if tokens is None:
-        return max(default, TOKENS_PER_BAR * to_write)
-    if tokens < MIN_TOKENS_PER_BAR * to_write:
-        raise ValueError(f"the form leaves {to_write} bars to write: --tokens {tokens} cannot hold them "
-                         f"(give at least {MIN_TOKENS_PER_BAR * to_write}, or about {TOKENS_PER_BAR * to_write})")
-    return tokens
+    return bars_budget(total - prompt_bars, tokens, default, "the form")
 
 
 def form_and_chords(text: str, chords: str | None, seed: int) -> tuple[list[Phrase], list | None]:

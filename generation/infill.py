@@ -66,6 +66,10 @@ def infill_checkpoint(given: str | None) -> str | Path | None:
     return shipped_model(INFILL_MODEL)
 
 
+class InfillIncomplete(ValueError):
+    """The token budget ran out before the bars to rewrite were all written."""
+
+
 @dataclass
 class InfillJob:
     """One song, the bars to rewrite, and the prompt that rewrites them."""
@@ -104,8 +108,8 @@ class InfillJob:
         bar_lines = count_bars(self.tokenizer, result.tokens, start)
         end = bar_lines[self.bars] if len(bar_lines) > self.bars else len(result.tokens)
         if len(bar_lines) < self.bars:
-            logger.warning("the token budget ran out after %d of the %d bars to rewrite (raise --tokens)",
-                           len(bar_lines), self.bars)
+            raise InfillIncomplete(f"the token budget ran out after {len(bar_lines)} of the {self.bars} bars "
+                                   f"to rewrite: nothing was written (raise --tokens)")
         middle = [t for t in result.tokens[start:end] if t not in marker_ids(self.tokenizer)
                   and t != self.tokenizer.eos_id]
         tokens = self.parts.prefix + middle + self.parts.suffix + [self.tokenizer.eos_id]

@@ -19,6 +19,20 @@ from tokenization import BaseTokenizer
 logger = logging.getLogger(__name__)
 
 BAR_CHECK_EVERY = 16  # tokens between two checks of a bar-count stop condition
+MIN_TOKENS_PER_BAR = 40  # a budget below this per bar to write cannot hold the bars (POP909: 64 +- 14)
+TOKENS_PER_BAR = 120  # the budget per bar to write when the user gives none
+
+
+def bars_budget(bars: int, tokens: int | None, default: int, what: str) -> int:
+    """The token budget for writing `bars` bars: `tokens` when given and enough, else at least
+    TOKENS_PER_BAR a bar; a ValueError naming the tokens needed when the given budget cannot hold
+    them (`what`: the bars, in the message)."""
+    if tokens is None:
+        return max(default, TOKENS_PER_BAR * bars)
+    if tokens < MIN_TOKENS_PER_BAR * bars:
+        raise ValueError(f"{what} leaves {bars} bars to write: --tokens {tokens} cannot hold them "
+                         f"(give at least {MIN_TOKENS_PER_BAR * bars}, or about {TOKENS_PER_BAR * bars})")
+    return tokens
 
 
 def start_ids(tokenizer: BaseTokenizer) -> list[int]:

@@ -292,7 +292,8 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
                                   "no_end_unconstrained", "form_bad_letter", "form_no_length",
                                   "form_too_long_for_tokens", "form_of_groove", "form_with_infill",
                                   "form_with_bars", "restate_without_form", "form_chords_unknown_label",
-                                  "label_chords_without_form", "form_shorter_than_prompt"])
+                                  "label_chords_without_form", "form_shorter_than_prompt",
+                                  "infill_budget_too_small"])
 def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chorale_midi, tmp_path, capsys):
     out = tmp_path / "out" / "song.mid"
     args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]
@@ -372,6 +373,8 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
             args += ["--prompt", str(chorale_midi)]
         args += {"infill_with_prompt_bars": ["--prompt-bars", "4"], "infill_with_chords": ["--chords", "C G"]
                  }.get(case, [])
+        if case == "infill_budget_too_small":
+            args[5] = "50"
     assert exit_status(main, args) != 0
     message = assert_one_error_line(capsys)
     if case == "too_long":
@@ -393,7 +396,8 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
                 "form_too_long_for_tokens": "cannot hold them", "form_of_groove": "pop piano",
                 "form_with_infill": "drop --infill-bars", "form_with_bars": "drop --bars",
                 "restate_without_form": "give a form", "form_chords_unknown_label": "does not have",
-                "label_chords_without_form": "need --form", "form_shorter_than_prompt": "nothing is left"}
+                "label_chords_without_form": "need --form", "form_shorter_than_prompt": "nothing is left",
+                "infill_budget_too_small": "--infill-bars 3-4 leaves 2 bars to write: --tokens 50 cannot hold them"}
     assert expected.get(case, "") in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message

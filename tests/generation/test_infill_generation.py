@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from generation.infill import BarsWithNotes, InfillJob, parse_bar_range
-from generation.sampling import SamplingConfig, generate_batch, seeded_generator
+from generation.infill import BarsWithNotes, InfillIncomplete, InfillJob, parse_bar_range
+from generation.sampling import GenerationResult, SamplingConfig, generate_batch, seeded_generator
 from generation.pieces import bar_stop, piece_ids
 from remi import REMITokenizer
 from training.checkpoint import load_model
@@ -73,6 +73,17 @@ def test_an_infill_range_beyond_the_song_is_refused(fim, chorale_midi):
     bars = len(fim.bar_starts(song))
     with pytest.raises(ValueError, match=f"the song has {bars} bars"):
         InfillJob.of(fim, song, (bars, bars + 2))
+
+
+def test_an_infill_whose_budget_ran_out_is_an_error_not_a_shorter_song(fim, chorale_midi):
+    song = piece_ids(fim, chorale_midi)
+    job = InfillJob.of(fim, song, (2, 4))
+    bar = fim.bar_id
+    one_bar = [bar, fim.vocab["Beat_0"]]  # only one of the three bars written when the budget ended
+    cut_short = GenerationResult(tokens=job.prompt + one_bar, prompt_len=len(job.prompt), stopped_at_eos=False,
+                                 seconds=0.0, noise_length=0)
+    with pytest.raises(InfillIncomplete, match="after 1 of the 3 bars"):
+        job.restore(cut_short)
 
 
 @pytest.mark.parametrize("budget", [1, 60, 200, None])
