@@ -21,11 +21,13 @@ from typing import Sequence
 
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
                       threads_argument)
-from generation.audio import AudioConfig
+from generation.audio import AudioConfig, load_soundfont
+from generation.outputs import AtomicOutputs, check_targets
 from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
 from generation.form import RESTATE, form_and_chords, form_budget, form_steer
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
-from generation.pieces import bar_stop, bars_budget, keep_bars, piece_ids, prompt_ids, start_ids, write_piece
+from generation.pieces import (bar_stop, bars_budget, keep_bars, piece_ids, piece_paths, prompt_ids, start_ids,
+                               write_piece)
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator, without_end
 from model import resolve_device
 from groove.roles import TICKS_PER_BAR
@@ -197,8 +199,13 @@ def run(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     if args.prompt is not None and not Path(args.prompt).is_file():
         raise ValueError(f"prompt file not found: {args.prompt}")
-    if args.soundfont is not None and not Path(args.soundfont).is_file():
-        raise ValueError(f"soundfont not found: {args.soundfont}")
+    if args.soundfont is not None and not args.no_audio:
+        load_soundfont(Path(args.soundfont))  # a bad one is refused before the generation, not after
+    inputs = [Path(p) for p in (args.prompt, args.chords_file, args.chords_midi, args.soundfont) if p]
+    replaced = check_targets([path for sample in sample_paths(out, args.num_samples or 1)
+                              for path in piece_paths(sample, not args.no_audio)], inputs)
+    if replaced:
+        logger.warning("replacing %s", ", ".join(str(p) for p in replaced))
     phrases, form_bar_chords = form_request(args)
     chords, spans = progression(args)
     span = infill_span(args)
@@ -271,8 +278,9 @@ def run(args: argparse.Namespace) -> None:
         results = [keep_bars(tokenizer, result, bars_from, args.bars) for result in results]
     audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)
     sections = [(p.first, p.label) for p in phrases] if phrases is not None else []
-    for path, result in zip(sample_paths(out, len(results)), results):
-        write_piece(tokenizer, result, path, audio=audio, sections=sections)
+    with AtomicOutputs() as outputs:  # every sample's files appear together, or none
+        for path, result in zip(sample_paths(out, len(results)), results):
+            write_piece(tokenizer, result, path, audio=audio, sections=sections, outputs=outputs)
 
 
 def sample_paths(out: Path, count: int) -> list[Path]:

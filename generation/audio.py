@@ -153,10 +153,26 @@ def note_events(midi: miditoolkit.MidiFile, plan: list[ChannelProgram]) -> list[
     return sorted(events, key=lambda e: (e.time, e.is_on, e.channel, e.pitch))
 
 
-def render(piece: Any, config: AudioConfig | None = None) -> np.ndarray:
-    """Synthesise a piece: (frames, 2) float32 stereo at config.sample_rate, not yet normalised."""
+class AudioTooLong(ValueError):
+    """The piece lasts longer than AudioConfig.max_seconds: it is not rendered."""
+
+
+def load_soundfont(font: Path, sample_rate: int = 44100) -> tuple[Any, int]:
+    """A tinysoundfont.Synth with `font` loaded and its SoundFont id; ValueError naming the file when
+    it is missing or not a SoundFont (checked before a long generation, and again when rendering)."""
     import tinysoundfont
 
+    if not font.is_file():
+        raise ValueError(f"soundfont not found: {font}")
+    synth = tinysoundfont.Synth(samplerate=sample_rate)
+    try:
+        return synth, synth.sfload(str(font))
+    except (tinysoundfont.SoundFontException, OSError, RuntimeError) as error:
+        raise ValueError(f"cannot load soundfont {font}: not a SoundFont 2 file ({error})") from None
+
+
+def render(piece: Any, config: AudioConfig | None = None) -> np.ndarray:
+    """Synthesise a piece: (frames, 2) float32 stereo at config.sample_rate, not yet normalised."""
     config = config or AudioConfig()
     midi = as_midi(piece)
     plan = channel_plan(midi)
@@ -164,16 +180,10 @@ def render(piece: Any, config: AudioConfig | None = None) -> np.ndarray:
     rate = config.sample_rate
     length = (events[-1].time if events else 0.0) + config.tail_seconds
     if length > config.max_seconds:
-        raise ValueError(f"the piece lasts {length / 60:.1f} min: longer than the {config.max_seconds / 60:.0f} "
-                         f"min that are rendered to audio")
+        raise AudioTooLong(f"the piece lasts {length / 60:.1f} min: longer than the {config.max_seconds / 60:.0f} "
+                           f"min that are rendered to audio")
     font = Path(config.soundfont) if config.soundfont else default_soundfont()
-    if not font.is_file():
-        raise ValueError(f"soundfont not found: {font}")
-    synth = tinysoundfont.Synth(samplerate=rate)
-    try:
-        sfid = synth.sfload(str(font))
-    except (tinysoundfont.SoundFontException, OSError) as error:
-        raise ValueError(f"cannot load soundfont {font}: {error}") from None
+    synth, sfid = load_soundfont(font, rate)
     for slot in sorted(set(plan), key=lambda s: s.channel):
         _select_program(synth, sfid, slot)
 

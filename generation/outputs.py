@@ -4,10 +4,52 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 logger = logging.getLogger(__name__)
+
+_PARTIAL = re.compile(r"^\..+\.partial-(\d+)(\.[^.]*)?$")  # a temporary output: .STEM.partial-PID.SUFFIX
+
+
+def clean_partials(folder: Path) -> list[str]:
+    """Remove the temporary outputs that killed processes left in `folder`; returns their names."""
+    removed = []
+    for path in folder.iterdir() if folder.is_dir() else ():
+        match = _PARTIAL.match(path.name)
+        if match and path.is_file() and not _alive(int(match.group(1))):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    if removed:
+        logger.info("removed what killed runs left in %s: %s", folder, ", ".join(removed))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def check_targets(outputs: Iterable[Path], inputs: Iterable[Path] = ()) -> list[Path]:
+    """ValueError when an output path is a folder or one of the `inputs` (a user's file is never
+    overwritten); returns the outputs that exist already (to be replaced)."""
+    inputs = {Path(p).resolve() for p in inputs}
+    existing = []
+    for path in outputs:
+        path = Path(path)
+        if path.resolve() in inputs:
+            raise ValueError(f"{path} is an input of this command: choose another --out")
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder: the output cannot be written there (choose another --out)")
+        if path.exists():
+            existing.append(path)
+    return existing
 
 
 class AtomicOutputs:
@@ -20,10 +62,16 @@ class AtomicOutputs:
 
     def __init__(self) -> None:
         self.pending: dict[Path, Path] = {}  # temporary path -> final path
+        self.cleaned: set[Path] = set()  # folders already rid of dead processes' temporary files
 
     def temp(self, final: str | Path) -> Path:
         final = Path(final)
         final.parent.mkdir(parents=True, exist_ok=True)
+        if final.parent not in self.cleaned:
+            clean_partials(final.parent)
+            self.cleaned.add(final.parent)
+        if final.is_dir():
+            raise ValueError(f"{final} is a folder: the output cannot be written there")
         temp = final.with_name(f".{final.stem}.partial-{os.getpid()}{final.suffix}")  # keeps the suffix
         self.pending[temp] = final
         return temp

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import miditoolkit
 import muspy
 
-from generation.audio import AudioConfig, render_files
+from generation.audio import AudioConfig, AudioTooLong, render_files
 from generation.outputs import AtomicOutputs
 from generation.pianoroll import Music, roll_notes, save_pianoroll
 from generation.sampling import GenerationResult
@@ -134,10 +134,21 @@ def bar_times(tokenizer: BaseTokenizer, ids: Sequence[int], bars: Sequence[int])
     return times
 
 
+def piece_paths(out: Path, audio: bool) -> list[Path]:
+    """The files `write_piece` writes for `out`."""
+    return [out, out.with_suffix(".txt"), out.with_suffix(".png")] + (
+        [out.with_suffix(".wav"), out.with_suffix(".ogg")] if audio else [])
+
+
 def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, audio: AudioConfig | None = None,
-                sections: Sequence[tuple[int, str]] = ()) -> None:
-    """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them.
-    `sections`: (first bar, label) of a form's phrases, marked on the piano roll."""
+                sections: Sequence[tuple[int, str]] = (), outputs: AtomicOutputs | None = None) -> None:
+    """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them
+    (with `outputs`, they appear with every other output of that AtomicOutputs). `sections`: (first
+    bar, label) of a form's phrases, marked on the piano roll. A piece too long to render keeps its
+    MIDI, tokens and piano roll, without audio (a warning says so)."""
+    if outputs is None:
+        with AtomicOutputs() as own:
+            return write_piece(tokenizer, result, out, audio, sections, own)
     report = tokenizer.decode_with_report(result.tokens)
     if report.skipped:
         logger.warning("%d invalid events were skipped while decoding", report.skipped)
@@ -145,14 +156,18 @@ def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, a
     prompt_end = max((n.end for n in prompt_notes), default=None)
     title = (f"{out.stem}: {len(result.generated)} tokens after a {result.prompt_len}-token prompt"
              + (" (EOS)" if result.stopped_at_eos else ""))
-    with AtomicOutputs() as outputs:
-        midi_path = outputs.temp(out)
-        write_midi(report.music, midi_path)
-        text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
-        outputs.temp(out.with_suffix(".txt")).write_text(text)
-        beats = bar_times(tokenizer, result.tokens, [bar for bar, _ in sections])
-        save_pianoroll(report.music, outputs.temp(out.with_suffix(".png")), title, prompt_end,
-                       [(beat, label) for beat, (_, label) in zip(beats, sections)])
-        if audio is not None:
-            render_files(midi_path, outputs.temp(out.with_suffix(".wav")),
-                         outputs.temp(out.with_suffix(".ogg")), audio)
+    midi_path = outputs.temp(out)
+    write_midi(report.music, midi_path)
+    text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
+    outputs.temp(out.with_suffix(".txt")).write_text(text)
+    beats = bar_times(tokenizer, result.tokens, [bar for bar, _ in sections])
+    save_pianoroll(report.music, outputs.temp(out.with_suffix(".png")), title, prompt_end,
+                   [(beat, label) for beat, (_, label) in zip(beats, sections)])
+    if audio is not None:
+        wav, ogg = outputs.temp(out.with_suffix(".wav")), outputs.temp(out.with_suffix(".ogg"))
+        try:
+            render_files(midi_path, wav, ogg, audio)
+        except AudioTooLong as error:
+            outputs.discard(out.with_suffix(".wav"))
+            outputs.discard(out.with_suffix(".ogg"))
+            logger.warning("%s: %s; its MIDI, tokens and piano roll are written, without audio", out.name, error)

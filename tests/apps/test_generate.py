@@ -415,3 +415,49 @@ def test_failure_while_writing_leaves_no_partial_files(remi_run, tmp_path, capsy
     assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]) == 1
     assert "disk full" in assert_one_error_line(capsys)
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_outputs_are_all_or_none_and_inputs_are_never_overwritten(remi_run, chorale_midi, tmp_path, capsys):
+    out = tmp_path / "song.mid"
+    (tmp_path / "song.png").mkdir()  # an output that cannot be written: refused before anything
+    args = ["--checkpoint", str(remi_run), "--tokens", "10", "--no-progress", "--no-audio"]
+    assert exit_status(main, args + ["--out", str(out)]) == 2
+    assert "song.png is a folder" in assert_one_error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["song.png"]
+    song = tmp_path / "mine.mid"
+    song.write_bytes(chorale_midi.read_bytes())
+    assert exit_status(main, args + ["--out", str(song), "--prompt", str(song)]) == 2
+    assert "is an input of this command" in assert_one_error_line(capsys)
+    assert song.read_bytes() == chorale_midi.read_bytes()
+    junk = tmp_path / "junk.sf2"
+    junk.write_bytes(b"RIFF\x00\x00\x00\x00not a soundfont")
+    assert exit_status(main, ["--checkpoint", str(remi_run), "--tokens", "10", "--no-progress",
+                              "--out", str(tmp_path / "a.mid"), "--soundfont", str(junk)]) == 2
+    assert "not a SoundFont 2 file" in assert_one_error_line(capsys)
+
+
+def test_leftovers_of_killed_runs_are_removed_and_replacing_is_said(remi_run, tmp_path, caplog):
+    dead = 2**22 + 12345  # above Linux's default pid_max: no such process
+    (tmp_path / f".song.partial-{dead}.mid").write_bytes(b"half a file")
+    out = tmp_path / "song.mid"
+    args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress", "--no-audio",
+            "--num-samples", "2"]
+    assert main(args) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"song_{i}{suffix}" for i in (1, 2) for suffix in (".mid", ".txt", ".png"))
+    caplog.set_level("WARNING")
+    assert main(args) == 0
+    assert "replacing" in caplog.text and "song_1.mid" in caplog.text
+
+
+def test_a_piece_too_long_for_audio_keeps_its_midi_tokens_and_roll(remi, tmp_path, caplog):
+    from generation.audio import AudioConfig
+    from generation.pieces import write_piece
+    from generation.sampling import GenerationResult
+
+    ids = remi.strings_to_ids(["Bar_None", "Beat_0", "Note_Pitch_60", "Note_Velocity_60", "Note_Duration_480"] * 3)
+    result = GenerationResult(tokens=ids, prompt_len=1, stopped_at_eos=False, seconds=0.0, noise_length=0)
+    out = tmp_path / "long.mid"
+    write_piece(remi, result, out, audio=AudioConfig(max_seconds=1.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.mid", "long.png", "long.txt"]
+    assert "without audio" in caplog.text
