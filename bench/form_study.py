@@ -52,6 +52,7 @@ from bench.extrapolation import REPO, Run, slug, spread_table  # noqa: E402
 logger = logging.getLogger("form_study")
 
 BASE = "pop909_whole"  # the shipped model every variant starts from
+CORPUS = "corpus/pop909_bars"  # POP909 with its bars aligned on the annotated downbeats (data.downbeats)
 VARIANTS = {
     "crops": ["data.end_crops=true"],
     "state": ["data.state_passing=true", "data.end_crops=false"],
@@ -65,7 +66,7 @@ KEYS = ("memory_gain", "nll_song", "val_loss", "tokens_per_bar_1_16", "tokens_pe
 
 
 def study_runs(args: argparse.Namespace) -> list[Run]:
-    data = [f"data.source={args.pop909}", "data.kind=pop909", "data.root=corpus/pop909_bars",
+    data = [f"data.source={args.pop909}", "data.kind=pop909", f"data.root={CORPUS}",
             f"data.downbeats={args.pop909.parent / 'pop909_annotations'}"]
     return [Run(label, seed, VARIANTS[label] + RECIPE + data + [f"train.seed={seed}"],
                 args.out / f"{slug(label).replace('+', 'plus')}_s{seed}")
@@ -104,7 +105,7 @@ def measure(run_dirs: list[tuple[str, int, Path]], args: argparse.Namespace) -> 
         cache = args.out / "measures" / f"{path.name}.json"
         if not cache.exists():
             cache.parent.mkdir(parents=True, exist_ok=True)
-            cmd = [sys.executable, "-m", "apps.evaluate", "form", "--checkpoint", str(path), "--out",
+            cmd = [sys.executable, "-m", "apps.evaluate", "form", "--checkpoint", str(path), "--corpus", CORPUS, "--out",
                    str(args.out / "eval" / path.name), "--songs", str(args.songs), "--max-len", str(args.max_len),
                    "--pieces", str(args.pieces), "--tokens", str(args.tokens), "--json", str(cache),
                    "--no-progress"]

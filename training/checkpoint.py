@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from training.checkpoint_store import POINTER, is_complete, newest_complete, write_checkpoint
 from training.checkpoint_store import list_complete as list_checkpoints  # complete ones, oldest first
+from training.checkpoint_checks import check_meta, check_optimizer, check_weight_shapes
 from training.config import RunConfig
 from model import MusicPerformer
 from tokenization import BaseTokenizer, tokenizer_from_dict
@@ -90,6 +91,12 @@ def save_checkpoint(run_dir: str | Path, *, model: torch.nn.Module, tokenizer: B
     }
 
     def write_files(folder: Path) -> None:
+        try:
+            write_all(folder)
+        except SafetensorError as error:  # a full disk: an OSError (exit 1, one line); older checkpoints stay
+            raise OSError(f"cannot write checkpoint {folder.name}: {error}") from None
+
+    def write_all(folder: Path) -> None:
         save_file(_cpu_tensors(model.state_dict()), str(folder / "model.safetensors"))
         if optimizer is not None:
             tensors, meta["optimizer"] = _flatten_optimizer(optimizer.state_dict())
@@ -175,8 +182,10 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         meta = json.loads((folder / "meta.json").read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"{folder}/meta.json is unreadable: {error}") from None
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{folder}: unsupported checkpoint format {meta.get('format_version')!r}")
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        version = meta.get("format_version") if isinstance(meta, dict) else None
+        raise ValueError(f"{folder}: unsupported checkpoint format {version!r}")
+    check_meta(meta, folder)
     return meta
 
 
@@ -185,12 +194,21 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Che
     folder = resolve_checkpoint(path)
     meta = read_meta(folder)
     config = RunConfig.from_dict(meta["config"], source=f"{folder}/meta.json")
-    tokenizer = tokenizer_from_dict(meta["tokenizer"])
+    tokenizer = read_tokenizer(meta, folder)
+    check_weight_shapes(folder, config.model_config(tokenizer.vocab_size))  # before allocating anything
     model = MusicPerformer(config.model_config(tokenizer.vocab_size))
     load_weights(folder, model)
     model.to(device).eval()
     return Checkpoint(model=model, tokenizer=tokenizer, config=config, step=int(meta["step"]),
                       meta=meta, path=folder)
+
+
+def read_tokenizer(meta: dict[str, Any], folder: Path) -> BaseTokenizer:
+    """The tokenizer saved in meta.json, a ValueError naming the file when it is not one."""
+    try:
+        return tokenizer_from_dict(meta["tokenizer"])
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise ValueError(f"{folder}/meta.json: field 'tokenizer' is not a saved tokenizer ({error})"[:300]) from None
 
 
 VOCAB_ROWS = ("embedding.weight", "head.weight")  # weights with one row per token id
@@ -232,14 +250,25 @@ def restore_training(path: str | Path, model: torch.nn.Module,
     if optimizer is not None:
         if "optimizer" not in meta:
             raise ValueError(f"checkpoint {folder} has no optimizer state")
-        optimizer.load_state_dict(_unflatten_optimizer(
-            _read_tensors(folder / "optimizer.safetensors"), meta["optimizer"]))
-    rng: list[RngState] = [dict(values) for values in meta.get("rng", [])]
-    if rng:
-        for key, tensor in _read_tensors(folder / "rng.safetensors").items():
-            rank, name = key.split(".", 1)
-            rng[int(rank)][name] = tensor
-    return TrainingState(step=int(meta["step"]), epoch=int(meta["epoch"]), scheduler=meta["scheduler"],
+        try:
+            state = _unflatten_optimizer(_read_tensors(folder / "optimizer.safetensors"), meta["optimizer"])
+        except (KeyError, TypeError, AttributeError, ValueError) as error:
+            raise ValueError(f"{folder}: the optimizer state is damaged ({error})") from None
+        check_optimizer(folder, state, model, optimizer)
+        optimizer.load_state_dict(state)
+    for name in ("scheduler", "extra", "epoch"):
+        if name not in meta:
+            raise ValueError(f"{folder}/meta.json: field {name!r} is missing: not a training checkpoint "
+                             f"(start a run from it with --init-from)")
+    try:
+        rng: list[RngState] = [dict(values) for values in meta.get("rng", [])]
+        if rng:
+            for key, tensor in _read_tensors(folder / "rng.safetensors").items():
+                rank, name = key.split(".", 1)
+                rng[int(rank)][name] = tensor
+    except (TypeError, ValueError, IndexError) as error:
+        raise ValueError(f"{folder}: the saved random states are damaged ({error})") from None
+    return TrainingState(step=meta["step"], epoch=meta["epoch"], scheduler=meta["scheduler"],
                          extra=meta["extra"], rng=rng, meta=meta)
 
 

@@ -200,10 +200,12 @@ class RunLock:
     def __init__(self, run_dir: str | Path) -> None:
         self.path = Path(run_dir) / LOCK
         self.handle = None
+        self.created = False
 
     def __enter__(self) -> RunLock:
         import fcntl
 
+        self.created = not self.path.parent.exists()  # made here: removed again if the run fails at once
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")
         try:
@@ -221,7 +223,11 @@ class RunLock:
         self.handle = handle
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         if self.handle is not None:
             self.handle.close()  # releases the lock
             self.handle = None
+            folder = self.path.parent
+            if kind is not None and self.created and [p.name for p in folder.iterdir()] == [LOCK]:
+                self.path.unlink()  # a run that failed before writing anything leaves nothing
+                folder.rmdir()

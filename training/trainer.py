@@ -180,7 +180,10 @@ class Trainer:
                              f"corpus {self.cfg.data.root}")
         state = restore_training(checkpoint, self.model, self.optimizer)
         self.step = state.step
-        self.stream.epoch, self.stream.position = state.epoch, int(state.extra["position"])
+        position = state.extra.get("position")
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ValueError(f"checkpoint {checkpoint}/meta.json: extra.position must be an int >= 0, got {position!r}")
+        self.stream.epoch, self.stream.position = state.epoch, position
         if self.songs is not None:
             if "streams" not in state.extra:
                 raise ValueError(f"checkpoint {checkpoint} was not trained with data.state_passing: "
@@ -189,9 +192,12 @@ class Trainer:
         if len(state.rng) != self.dist.world:
             logger.warning("checkpoint has RNG states of %d processes, this run has %d",
                            len(state.rng), self.dist.world)
-        rng = state.rng[self.dist.rank % len(state.rng)]
-        restore_rng(rng)
-        self.redraw_rng.set_state(rng["redraw"])
+        try:
+            rng = state.rng[self.dist.rank % len(state.rng)]
+            restore_rng(rng)
+            self.redraw_rng.set_state(rng["redraw"])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, ZeroDivisionError) as error:
+            raise ValueError(f"checkpoint {checkpoint}: the saved random states are damaged ({error!r})") from None
         self.replay_songs()
         self.resumed = True
         logger.info("resumed from %s at step %d (epoch %d)", checkpoint, self.step, state.epoch)
