@@ -264,7 +264,8 @@ def files_fingerprint(files: Iterable[Path], base: Path) -> str:
     digest = hashlib.sha1()
     for path in files:
         stat = path.stat()
-        digest.update(f"{path.relative_to(base).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        digest.update(f"{path.relative_to(base).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
+                      .encode("utf-8", "surrogateescape"))  # a file name need not be valid UTF-8
     return digest.hexdigest()
 
 

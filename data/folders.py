@@ -12,6 +12,7 @@ Bad files are reported (``summary.json``, log) and skipped; corpora are cached l
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Iterable
 
@@ -27,7 +28,10 @@ from data.corpus import (
     write_corpus,
 )
 from data.encode import encode_files
+
+logger = logging.getLogger(__name__)
 from tokenization import BaseTokenizer, midi_files
+from tokenization.midi_io import unusable_midi_paths
 
 
 def tokenize_files(
@@ -70,6 +74,9 @@ def build_midi_folder_corpus(
     if cached is not None:
         return cached
     pieces, skipped = tokenize_files(files, folder, tokenizer, max_piece_tokens, progress, f"tokenising {folder.name}")
+    for path, reason in unusable_midi_paths(folder):
+        skipped.append(Skipped(ascii(path.relative_to(folder).as_posix())[1:-1], reason))
+        logger.warning("skipped %s: %s", ascii(str(path))[1:-1], reason)
     if not pieces:
         raise ValueError(f"{folder}: none of the {len(files)} MIDI files could be tokenised")
     return write_corpus(root, tokenizer, split_pieces(pieces, heldout), skipped, "midi_folder", settings)

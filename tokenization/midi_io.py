@@ -30,6 +30,27 @@ def midi_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if is_midi_path(p) and p.is_file())
 
 
+def unusable_midi_paths(folder: Path) -> list[tuple[Path, str]]:
+    """MIDI-named entries below ``folder`` that are not readable files, each with the reason: a
+    dangling or looping symbolic link, a FIFO, a device (what `midi_files` leaves out)."""
+    out = []
+    for path in sorted(p for p in folder.rglob("*") if is_midi_path(p)):
+        if path.is_file() or path.is_dir():
+            continue
+        if path.is_symlink():
+            try:
+                path.resolve(strict=True)
+                reason = "a symbolic link to something that is not a file"
+            except (OSError, RuntimeError):
+                reason = "a symbolic link that leads nowhere (dangling or a loop)"
+        elif path.is_fifo():
+            reason = "a FIFO, not a file"
+        else:
+            reason = "not a regular file"
+        out.append((path, reason))
+    return out
+
+
 def declared_meters(midi: miditoolkit.MidiFile) -> list[str]:
     """Time signatures of a MIDI file in order of appearance ("n/d"), consecutive repeats removed."""
     meters: list[str] = []

@@ -83,3 +83,35 @@ def test_groove_layout_folder_and_cache(trio_corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(folders, "tokenize_files", _refuse)
     again = build_groove_corpus(trio_corpus.root / "midi", tmp_path / "g", progress=False)
     assert load_corpus(tmp_path / "g").summary == again.summary == corpus.summary
+
+
+def test_odd_folder_entries_are_reported_by_name(midi_files, tmp_path, caplog):
+    """Twin names, a name that is not UTF-8, dangling and looping links, a FIFO: each skipped and
+    named in the summary, the rest built; a stray note far beyond the end cuts the piece, with a warning."""
+    import os
+    import shutil
+
+    import miditoolkit
+
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    chorale = midi_files["4/4"]
+    shutil.copy(chorale, folder / "a.mid")
+    shutil.copy(chorale, folder / "a.midi")
+    shutil.copy(midi_files["3/4"], os.fsdecode(bytes(folder) + b"/caf\xe9.mid"))
+    (folder / "dangling.mid").symlink_to(folder / "absent.mid")
+    (folder / "loop.mid").symlink_to(folder / "loop.mid")
+    os.mkfifo(folder / "pipe.mid")
+    far = miditoolkit.MidiFile(str(midi_files["6/8"]))
+    far.instruments[0].notes.append(miditoolkit.Note(80, 60, 10**8, 10**8 + 100))
+    far.dump(str(folder / "far.mid"))
+    corpus = build_midi_folder_corpus(folder, tmp_path / "corpus", REMITokenizer(), progress=False)
+    reasons = {s["name"]: s["reason"] for s in corpus.summary["skipped"]}
+    assert "a.midi has the same name" in reasons["a"] or "a.mid has the same name" in reasons["a"]
+    assert "not valid UTF-8" in reasons["caf\\udce9"]
+    assert "leads nowhere" in reasons["dangling.mid"] and "leads nowhere" in reasons["loop.mid"]
+    assert "FIFO" in reasons["pipe.mid"]
+    names = [n for split in SPLITS for n in corpus.names(split)]
+    assert sorted(names) == ["a", "far"]
+    far_ids = [p for split in SPLITS for p, n in zip(corpus.pieces(split), corpus.names(split)) if n == "far"][0]
+    assert len(far_ids) < 2000 and "empty bars or more" in caplog.text
