@@ -1,9 +1,14 @@
-"""`make demo`: build the default corpus, train the demo model, generate a piece, say where it is.
+"""`make demo`: the project's main jobs, briefly, each through the command a user runs.
 
-    python -m apps.demo [--out runs/demo] [--max-steps N] [--tokens 768] [--seed 0]
+    python -m apps.demo [--out runs/demo] [--seed 0] [--max-steps 60]
 
-Training resumes in --out when a run is already there (a finished run is not trained again), so the
-command can be repeated to sample new pieces with other seeds.
+1. a whole pop song with a form from the shipped default model (no training): `generate.py --form auto`;
+2. its first 4 bars continued for 8 more: `generate.py --prompt ... --prompt-bars 4 --bars 8`;
+3. a short training run on the bundled corpus (music21's scores): `train.py --config demo`, then a
+   piece from it.
+
+Every file written is listed at the end. Training resumes in --out/train when a run is there, so the
+demo can be repeated with other seeds.
 """
 
 from __future__ import annotations
@@ -19,29 +24,42 @@ from apps.cli import OneLineParser, seed_value
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="spe-demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="runs/demo", help="run directory (default: %(default)s)")
-    parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: the config's)")
-    parser.add_argument("--tokens", type=int, default=768, help="tokens to generate (default: %(default)s)")
+    parser.add_argument("--out", default="runs/demo", help="output folder (default: %(default)s)")
     parser.add_argument("--seed", type=seed_value, default=0, help="sampling seed (default: %(default)s)")
+    parser.add_argument("--max-steps", type=int, default=60,
+                        help="steps of the short training run (default: %(default)s; 0 skips it)")
     args = parser.parse_args(argv)
-
+    out = Path(args.out)
     start = time.perf_counter()
-    train_args = ["--config", "demo", "--out", args.out, "--resume"]
+    song, continued, run = out / f"song_seed{args.seed}.mid", out / f"continued_seed{args.seed}.mid", out / "train"
+    steps = [
+        ("a whole song with a form, from the shipped model",
+         lambda: generate.main(["--out", str(song), "--form", "auto", "--seed", str(args.seed)])),
+        ("its first 4 bars, continued for 8 bars",
+         lambda: generate.main(["--out", str(continued), "--prompt", str(song), "--prompt-bars", "4",
+                                "--bars", "8", "--seed", str(args.seed)])),
+    ]
     if args.max_steps:
-        train_args += ["--max-steps", str(args.max_steps)]
-    status = train.main(train_args)
-    if status:
-        return status
-    song = Path(args.out) / f"song_seed{args.seed}.mid"
-    status = generate.main(["--checkpoint", args.out, "--out", str(song), "--tokens", str(args.tokens),
-                            "--seed", str(args.seed)])
-    if status:
-        return status
+        trained = out / f"trained_seed{args.seed}.mid"
+        steps += [(f"a {args.max_steps}-step training run on the bundled corpus",
+                   lambda: train.main(["--config", "demo", "--out", str(run), "--resume",
+                                       "--max-steps", str(args.max_steps)])),
+                  ("a piece from that run",
+                   lambda: generate.main(["--checkpoint", str(run), "--out", str(trained), "--tokens", "512",
+                                          "--seed", str(args.seed), "--no-audio"]))]
+    for number, (what, step) in enumerate(steps, 1):
+        print(f"\n== demo {number}/{len(steps)}: {what}", flush=True)
+        status = step()
+        if status:
+            return status
     minutes = (time.perf_counter() - start) / 60
-    print(f"\ndemo done in {minutes:.1f} min. Run directory: {args.out}\n"
-          f"  piece:      {song}\n  tokens:     {song.with_suffix('.txt')}\n"
-          f"  piano roll: {song.with_suffix('.png')}\n  audio:      {song.with_suffix('.wav')} (.ogg beside it)\n"
-          f"  training:   {Path(args.out) / 'metrics.csv'} (tensorboard --logdir {Path(args.out) / 'tb'})")
+    print(f"\ndemo done in {minutes:.1f} min.\n"
+          f"  a song with a form: {song} (audio {song.with_suffix('.ogg')}, piano roll {song.with_suffix('.png')},"
+          f" tokens {song.with_suffix('.txt')})\n"
+          f"  its continuation:   {continued} (and its .ogg, .png, .txt)")
+    if args.max_steps:
+        print(f"  training run:       {run} (metrics.csv; tensorboard --logdir {run / 'tb'})\n"
+              f"  a piece from it:    {out / f'trained_seed{args.seed}.mid'}")
     return 0
 
 

@@ -24,14 +24,14 @@ import argparse
 import json
 import logging
 import shutil
+import subprocess
+import sys
 import tarfile
 import time
 import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
-import apps.evaluate
-import apps.train
 from generation.sampling import Decoder, SamplingConfig, seeded_generator
 from model import resolve_device
 from training.checkpoint import load_model
@@ -75,8 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tarfile.open(args.corpus_archive) as archive:
             archive.extractall(Path(cfg.data.root).parent, filter="data")
     failures = []
-    status = phase("train", failures, lambda: apps.train.main(
-        ["--config", args.config, "--out", str(run), "--set", f"train.max_minutes={args.train_minutes}",
+    status = phase("train", failures, lambda: command(
+        "train", ["--config", args.config, "--out", str(run), "--set", f"train.max_minutes={args.train_minutes}",
          *(item for override in args.overrides for item in ("--set", override))]))
     for name in ("config.yaml", "metrics.csv", "train.log"):
         if (run / name).is_file():
@@ -86,12 +86,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = [item for model in [str(run), *args.compare] for item in ("--checkpoint", model)]
     labels = [item for label in [LABEL, *args.compare] for item in ("--label", label)]
     for length in args.nll_lengths:
-        phase(f"nll {length}", failures, lambda: apps.evaluate.main(
-            ["nll", *models, *labels, "--split", "test", "--max-len", str(length), "--full-length",
+        phase(f"nll {length}", failures, lambda: command(
+            "evaluate", ["nll", *models, *labels, "--split", "test", "--max-len", str(length), "--full-length",
              "--out", str(out / f"nll_{length}"), "--no-progress"]))
     phase("generate", failures, lambda: generate_pieces(run, out / LABEL, args))
     (out / "failures.json").write_text(json.dumps(failures, indent=1) + "\n")
     return 1 if failures else 0
+
+
+def command(name: str, argv: list[str]) -> int:
+    """Run `python -m apps.NAME ARGV` as the user would, in its own process; its exit status."""
+    return subprocess.run([sys.executable, "-m", f"apps.{name}", *argv], check=False).returncode
 
 
 def phase(name: str, failures: list[dict[str, str]], work: Callable[[], object]) -> object:

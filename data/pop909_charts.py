@@ -25,7 +25,7 @@ from pathlib import Path
 import miditoolkit
 import numpy as np
 
-from generation.audio import tick_to_seconds
+from tokenization.midi_io import tick_to_seconds
 
 CHART_BARS = 16  # bars per chart (module docstring)
 TEMPO_RANGE = (60, 180)  # qpm the annotated tempo is clamped to

@@ -72,8 +72,10 @@ def measure_ids(tokenizer: Any, name: str, ids: Sequence[int], phrases: Sequence
 
 
 def window_mean(counts: Sequence[int], first: int, last: int) -> float:
-    """Mean tokens per bar over bars first .. last (1-based), NaN when the piece does not reach `last`."""
-    return float(np.mean(counts[first - 1:last])) if len(counts) >= last else math.nan
+    """Mean tokens per bar over bars first .. last (1-based) that the piece has, NaN when it has fewer
+    than 16 of them."""
+    bars = counts[first - 1:last]
+    return float(np.mean(bars)) if len(bars) >= 16 else math.nan
 
 
 def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placement: dict[str, int],

@@ -25,12 +25,13 @@ import miditoolkit
 import muspy
 import numpy as np
 
+from tokenization.midi_io import tick_to_seconds  # noqa: F401  (also part of this module's interface)
+
 logger = logging.getLogger(__name__)
 
 DRUM_CHANNEL = 9  # MIDI channel 10, 0-based
 DRUM_BANK = 128  # the SoundFont bank of General MIDI drum kits
 PITCHED_CHANNELS = tuple(c for c in range(16) if c != DRUM_CHANNEL)
-DEFAULT_QPM = 120.0  # tempo before the first tempo change (the MIDI default)
 
 
 @dataclass
@@ -95,21 +96,6 @@ def as_midi(piece: Any) -> miditoolkit.MidiFile:
             midi.instruments.append(inst)
         return midi
     raise TypeError(f"cannot render a {type(piece).__name__}")
-
-
-def tick_to_seconds(midi: miditoolkit.MidiFile, ticks: np.ndarray) -> np.ndarray:
-    """Seconds of MIDI ticks under the file's tempo map (120 qpm before the first change)."""
-    per_beat = float(midi.ticks_per_beat)
-    changes: dict[int, float] = {0: DEFAULT_QPM}
-    for change in sorted(midi.tempo_changes, key=lambda c: c.time):  # a later change at one tick wins
-        if change.tempo > 0:
-            changes[int(change.time)] = float(change.tempo)
-    starts = np.array(sorted(changes), dtype=np.float64)  # (S,) ticks where a tempo begins
-    seconds_per_tick = np.array([60.0 / (changes[int(s)] * per_beat) for s in starts])  # (S,)
-    segment_seconds = np.concatenate([[0.0], np.cumsum(np.diff(starts) * seconds_per_tick[:-1])])  # (S,)
-    ticks = np.asarray(ticks, dtype=np.float64)
-    index = np.searchsorted(starts, ticks, side="right") - 1  # segment of each tick
-    return segment_seconds[index] + (ticks - starts[index]) * seconds_per_tick[index]
 
 
 def channel_plan(midi: miditoolkit.MidiFile) -> list[ChannelProgram]:

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from generation.audio import tick_to_seconds
+from tokenization.midi_io import tick_to_seconds
 from remi.vocab import CHORD_ROOTS, NO_CHORD, chord_token
 from tokenization import BaseTokenizer
 from tokenization.midi_io import load_midi

@@ -33,7 +33,7 @@ from generation.sampling import GenerationResult
 from remi.infill import Arrangement, arrange, marker_ids
 from remi.vocab import INFILL_TOKENS
 from tokenization import BaseTokenizer
-from training.checkpoint import shipped_model
+from model.shipped import shipped_model
 
 logger = logging.getLogger(__name__)
 

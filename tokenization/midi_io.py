@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import miditoolkit
+import numpy as np
 import symusic
 
 from tokenization.errors import TokenizationError
@@ -23,6 +24,9 @@ MIDI_SUFFIXES = (".mid", ".midi")  # file suffixes taken for MIDI files, compare
 def is_midi_path(path: Path) -> bool:
     """Whether a path names a MIDI file by its suffix (``.mid`` / ``.midi``, any case)."""
     return path.suffix.lower() in MIDI_SUFFIXES
+
+
+MIDI_DEFAULT_QPM = 120.0  # tempo before a file's first tempo change
 
 
 def midi_files(folder: Path) -> list[Path]:
@@ -130,3 +134,18 @@ def load_midi(source: Any) -> miditoolkit.MidiFile:
         source.write(buffer)
         return _from_bytes(buffer.getvalue(), name)
     raise TokenizationError(name, "unsupported input type (expected a path, bytes or a MIDI object)")
+
+
+def tick_to_seconds(midi: miditoolkit.MidiFile, ticks: np.ndarray) -> np.ndarray:
+    """Seconds of MIDI ticks under the file's tempo map (120 qpm before the first change)."""
+    per_beat = float(midi.ticks_per_beat)
+    changes: dict[int, float] = {0: MIDI_DEFAULT_QPM}
+    for change in sorted(midi.tempo_changes, key=lambda c: c.time):  # a later change at one tick wins
+        if change.tempo > 0:
+            changes[int(change.time)] = float(change.tempo)
+    starts = np.array(sorted(changes), dtype=np.float64)  # (S,) ticks where a tempo begins
+    seconds_per_tick = np.array([60.0 / (changes[int(s)] * per_beat) for s in starts])  # (S,)
+    segment_seconds = np.concatenate([[0.0], np.cumsum(np.diff(starts) * seconds_per_tick[:-1])])  # (S,)
+    ticks = np.asarray(ticks, dtype=np.float64)
+    index = np.searchsorted(starts, ticks, side="right") - 1  # segment of each tick
+    return segment_seconds[index] + (ticks - starts[index]) * seconds_per_tick[index]

@@ -37,12 +37,12 @@ from training.checkpoint_store import list_complete as list_checkpoints  # compl
 from training.checkpoint_checks import check_meta, check_optimizer, check_weight_shapes
 from training.config import RunConfig
 from model import MusicPerformer
+from model.shipped import PRETRAINED, shipped_model, shipped_models  # noqa: F401  (the commands' lookup)
 from tokenization import BaseTokenizer, tokenizer_from_dict
 
 logger = logging.getLogger(__name__)
 
 # The shipped models, one folder each (pretrained/NAME/); pretrained/latest names the default one.
-PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"
 FORMAT_VERSION = 1
 
 RngState = dict[str, Any]  # one process's RNG states: name -> uint8 tensor or JSON-able value
@@ -329,23 +329,6 @@ def restore_rng(state: RngState) -> None:
 def _plain(value: Any) -> Any:
     """numpy scalars -> python scalars (for JSON)."""
     return value.item() if isinstance(value, np.generic) else value
-
-
-def shipped_models() -> dict[str, Path]:
-    """{name: folder} of the models shipped in PRETRAINED (empty in a checkout without them)."""
-    if not PRETRAINED.is_dir():
-        return {}
-    return {folder.name: folder for folder in sorted(PRETRAINED.iterdir()) if (folder / "meta.json").is_file()}
-
-
-def shipped_model(name: str | Path) -> Path | None:
-    """The folder of the shipped model called `name`, None when `name` is a path holding a checkpoint or
-    no shipped model's name (such a path wins over a name; a folder without one, like the `groove`
-    package beside the shipped `groove` model, does not)."""
-    path = Path(name)
-    if path.is_file() or (path / "meta.json").is_file() or (path / "checkpoints").is_dir():
-        return None
-    return shipped_models().get(str(name))
 
 
 def shipped_default() -> Path | None:
