@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import tempfile
 import uuid
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,19 +35,37 @@ logger = logging.getLogger(__name__)
 SIMILARITY_HEADERS = ["sample", "metric", "Q1", "Q2", "Q3", "Q4"]
 
 
+MAX_SESSIONS = 8  # sessions holding a piece at once; a newer one frees the least recently used
+IDLE_SECONDS = 3600  # a page left this long loses its session (gradio's State time to live)
+
+
 class Studio:
-    """The page's callbacks over per-browser `StudioSession`s (kept in a gr.State)."""
+    """The page's callbacks over per-browser `StudioSession`s (kept in a gr.State), at most
+    MAX_SESSIONS of them holding a piece, all sharing the loaded model."""
 
     def __init__(self, workdir: Path, device: str = "cpu", threads: int = 1, runs: Sequence[Path] = ()) -> None:
         self.workdir = workdir
         self.device = device
         self.threads = threads
         self.runs = list(runs)  # folders of run directories offered as models
+        self.models: dict[Path, Any] = {}  # the loaded model, shared by every session
+        self.sessions: OrderedDict[int, StudioSession] = OrderedDict()  # live sessions, least recent first
 
     def session(self, state: StudioSession | None) -> StudioSession:
-        if state is not None:
-            return state
-        return StudioSession(self.workdir / uuid.uuid4().hex[:12], self.device, self.threads, self.runs)
+        session = state if state is not None else StudioSession(
+            self.workdir / uuid.uuid4().hex[:12], self.device, self.threads, self.runs, self.models)
+        self.sessions[id(session)] = session
+        self.sessions.move_to_end(id(session))
+        while len(self.sessions) > MAX_SESSIONS:
+            _, oldest = self.sessions.popitem(last=False)
+            oldest.close()
+        return session
+
+    def close(self, state: StudioSession | None) -> None:
+        """gr.State's delete callback: a page idle for IDLE_SECONDS, or closed."""
+        if isinstance(state, StudioSession):
+            self.sessions.pop(id(state), None)
+            state.close()
 
     def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
                  whole: bool = False, chords: str = "", form: str = "", progress: Any = None) -> list[Any]:
@@ -124,7 +144,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
     with gr.Blocks(title="SPE studio") as app:
         gr.Markdown("# SPE studio\nGenerate music with a Performer + stochastic positional encoding model, "
                     "listen, continue, download.")
-        state = gr.State(None)
+        state = gr.State(None, time_to_live=IDLE_SECONDS, delete_callback=studio.close)
         with gr.Row():
             with gr.Column(scale=1):
                 model = gr.Dropdown(choices=choices, value=choices[0] if choices else None,
@@ -184,6 +204,14 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
     return app
 
 
+def launch(app: Any, workdir: Path, host: str, port: int, block: bool = True) -> None:
+    """Serve the page: one generation at a time, files only from `workdir`, uploads over
+    MAX_UPLOAD_BYTES refused by the server itself (not only by the page)."""
+    app.queue(default_concurrency_limit=1).launch(server_name=host, server_port=port, allowed_paths=[str(workdir)],
+                                                  max_file_size=MAX_UPLOAD_BYTES, inbrowser=False,
+                                                  prevent_thread_lock=not block, quiet=not block)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="spe-studio", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
@@ -216,9 +244,11 @@ def serve(args: argparse.Namespace) -> None:
     runs = [Path(r) for r in (args.runs or ["runs"])]
     app = build_app(workdir, runs, device, args.threads)
     logger.info("spe-studio: files go to %s", workdir)
-    app.queue(default_concurrency_limit=1).launch(server_name=args.host, server_port=args.port,
-                                                  allowed_paths=[str(workdir)], max_file_size="50mb",
-                                                  inbrowser=False)
+    try:
+        launch(app, workdir, args.host, args.port)
+    finally:
+        if not args.workdir:  # a folder of its own: removed with the server
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ one-line message that the page shows; anything else is a bug and keeps its trace
 from __future__ import annotations
 
 import logging
+import shutil
 import math
 import re
 import time
@@ -44,6 +45,7 @@ MAX_UPLOAD_BYTES = 2 * 1024 * 1024  # larger MIDI prompts are refused (a song is
 MAX_SAMPLES = 4  # samples drawn at once
 MAX_TOKENS = 4096  # tokens one generate / continue may add per sample
 MAX_BARS = 64  # bars one generate / continue may add
+MAX_PROMPT_TOKENS = 16384  # a longer prompt (about 150 bars of piano) would hold the only worker for minutes
 TOKENS_PER_BAR = 256  # token budget per requested bar (a dense piano bar takes ~50-200 REMI tokens)
 UNITS = ("bars", "tokens")
 UNKNOWN_MODEL = "unknown model: choose one of the models in the list"
@@ -196,13 +198,14 @@ class StudioSession:
     """One person's studio state (see the module docstring)."""
 
     def __init__(self, workdir: str | Path, device: str = "cpu", threads: int = 1,
-                 runs: Sequence[Path] = ()) -> None:
+                 runs: Sequence[Path] = (), models: dict[Path, Any] | None = None) -> None:
         self.workdir = Path(workdir)
         self.runs = [Path(r) for r in runs]  # folders of run directories offered besides the shipped models
         self.device = torch.device(device)
         self.threads = threads  # torch CPU threads of the calling thread (set per action: web servers
         # run callbacks in worker threads, which do not inherit the main thread's setting)
-        self.checkpoints: dict[Path, Any] = {}  # loaded models by directory
+        # loaded models by directory: the studio's, shared by its sessions (one model in memory)
+        self.checkpoints: dict[Path, Any] = {} if models is None else models
         self.decoder: Decoder | None = None
         self.ckpt: Any = None  # checkpoint of the current piece
         self.request: Request | None = None  # settings of the current piece
@@ -291,6 +294,12 @@ class StudioSession:
         self.history, self.infill_job = [], job
         return self._extend(job.bars, "bars", progress, f"rewrote bars {span[0]}-{span[1]} of")
 
+    def close(self) -> None:
+        """Free what the session holds (its decoder, history and files): idle too long, or pushed
+        out by newer sessions. Used again, it starts afresh."""
+        self.decoder, self.history, self.infill_job, self.request, self.reference = None, [], None, None, None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
     def continue_(self, length: int, unit: str = "bars", progress: Progress | None = None) -> View:
         """Extend every sample of the current piece (the recurrent state is kept: only new tokens cost)."""
         if self.decoder is None:
@@ -319,7 +328,9 @@ class StudioSession:
         key = path.resolve()
         if key not in self.checkpoints:
             try:
-                self.checkpoints = {key: load_model(path, self.device)}  # keep one model in memory
+                loaded = load_model(path, self.device)
+                self.checkpoints.clear()  # keep one model in memory
+                self.checkpoints[key] = loaded
             except ValueError as error:  # load_model reports every unusable checkpoint so; its
                 logger.warning("studio: %s", error)  # message names server paths: logged, not shown
                 raise StudioError(f"cannot load the model {path.name!r}: it is not a usable checkpoint "
@@ -337,6 +348,9 @@ class StudioSession:
         except (ValueError, OSError) as error:  # TokenizationError is a ValueError
             raise StudioError(f"cannot read {path.name} as a prompt: {error}") from None
         prompt = ids if bars is None else first_bars(tokenizer, ids, bars) or ids
+        if len(prompt) > MAX_PROMPT_TOKENS:
+            raise StudioError(f"{path.name} makes a prompt of {len(prompt):,} tokens; the studio reads at most "
+                              f"{MAX_PROMPT_TOKENS:,} (keep fewer bars, or use generate.py for long songs)")
         if len(prompt) < 2:
             raise StudioError(f"{path.name} has no notes to start from")
         return prompt, (ids if format_of(tokenizer) == "groove" else None)

@@ -56,12 +56,11 @@ def free_port() -> int:
 @contextmanager
 def served_studio(workdir: Path, runs: Sequence[Path] = ()) -> Iterator[str]:
     """The studio served on a loopback port while the block runs; yields its base URL."""
-    from apps.studio import build_app
+    from apps.studio import build_app, launch
 
     port = free_port()
     app = build_app(workdir, list(runs), "cpu")
-    app.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                       allowed_paths=[str(workdir)])
+    launch(app, workdir, "127.0.0.1", port, block=False)
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:

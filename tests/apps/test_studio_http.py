@@ -5,6 +5,7 @@ path exists, and no answer names a server path."""
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 
 import pytest
@@ -27,7 +28,7 @@ def studio(tmp_path):
 
 def call(base: str, model: str, seed: int = 0) -> tuple[str, str]:
     """(event, data) of one generate call through the HTTP API: 8 tokens, no prompt."""
-    body = json.dumps({"data": [model, None, 1, 8, "tokens", 1.0, 0.9, seed, 1, False, ""]}).encode()
+    body = json.dumps({"data": [model, None, 1, 8, "tokens", 1.0, 0.9, seed, 1, False, "", ""]}).encode()
     request = urllib.request.Request(base + API, data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
         event_id = json.load(response)["event_id"]
@@ -66,3 +67,28 @@ def test_seeds_out_of_range_are_a_message(studio):
     base, run = studio
     event, data = call(base, str(run), seed=2**80)
     assert event == "complete" and "seed must be an integer in 0 .. 2**64 - 1" in data
+
+
+def test_many_sessions_stay_bounded_and_an_oversized_upload_is_refused(studio, tmp_path):
+    """Each API call without a session is a new session: the studio keeps at most MAX_SESSIONS of
+    them (their files included); the server itself refuses an upload over the page's limit."""
+    import uuid
+
+    from apps.studio import MAX_SESSIONS
+    from apps.studio_session import MAX_UPLOAD_BYTES
+
+    base, run = studio
+    for _ in range(MAX_SESSIONS + 4):
+        event, data = call(base, str(run))
+        assert event == "complete", data
+    folders = [p for p in (tmp_path / "work").iterdir() if p.is_dir()]
+    assert 1 <= len(folders) <= MAX_SESSIONS
+    boundary = uuid.uuid4().hex
+    payload = b"MThd" + b"\0" * (MAX_UPLOAD_BYTES + 1024)
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"big.mid\"\r\n"
+            f"Content-Type: audio/midi\r\n\r\n").encode() + payload + f"\r\n--{boundary}--\r\n".encode()
+    request = urllib.request.Request(base + "gradio_api/upload", data=body,
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code in (400, 413)
