@@ -27,7 +27,7 @@ from generation.chords import ChordSteer, is_annotation, parse_annotation, parse
 from generation.form import RESTATE, form_and_chords, form_budget, form_steer
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
 from generation.pieces import (bar_stop, bars_budget, keep_bars, piece_ids, piece_paths, prompt_ids, start_ids,
-                               write_piece)
+                               track_report, write_piece)
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator, without_end
 from model import resolve_device
 from groove.roles import TICKS_PER_BAR
@@ -237,6 +237,7 @@ def run(args: argparse.Namespace) -> None:
         prompt, args.bars = job.prompt, job.bars
         budget = bars_budget(job.bars, args.tokens, defaults.tokens, f"--infill-bars {args.infill_bars}")
     elif args.prompt is not None:
+        track_report(tokenizer, args.prompt)  # which track plays which part (a band model's roles)
         bars = PROMPT_BARS if args.prompt_bars is None else args.prompt_bars
         prompt = prompt_ids(tokenizer, args.prompt, None if bars == ALL else bars)
     else:

@@ -31,7 +31,7 @@ from generation.audio import AudioConfig
 from generation.chords import ChordSteer, parse_progression
 from generation.form import RESTATE, form_and_chords, form_steer
 from generation.infill import INFILL_MODEL, InfillIncomplete, InfillJob, has_infill, parse_bar_range
-from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, write_piece
+from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, track_report, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
 from tokenization.form import form_bars
@@ -213,6 +213,7 @@ class StudioSession:
         self.history: list[Step] = []
         self.takes = 0  # steps ever made (names of output folders)
         self.infill_job: InfillJob | None = None  # the current piece is an infill (it cannot be continued)
+        self.tracks: list[tuple[str, bool]] = []  # how the uploaded prompt's tracks were read (shown once)
 
     # ------------------------------------------------------------------------------ actions
     def generate(self, request: Request, progress: Progress | None = None) -> View:
@@ -337,14 +338,14 @@ class StudioSession:
                                   f"(the server's log says why)") from None
         return self.checkpoints[key]
 
-    @staticmethod
-    def _prompt(tokenizer: BaseTokenizer, path: Path, bars: int | None) -> tuple[list[int], list[int] | None]:
+    def _prompt(self, tokenizer: BaseTokenizer, path: Path, bars: int | None) -> tuple[list[int], list[int] | None]:
         """Prompt ids (the first `bars` bars, at least 1; None: the whole piece) and, for groove
         models, the whole piece's ids."""
         if bars is not None and bars < 1:
             raise StudioError(f"prompt bars must be >= 1, got {bars}")
         try:
             ids = piece_ids(tokenizer, path)
+            self.tracks = track_report(tokenizer, path)
         except (ValueError, OSError) as error:  # TokenizationError is a ValueError
             raise StudioError(f"cannot read {path.name} as a prompt: {error}") from None
         prompt = ids if bars is None else first_bars(tokenizer, ids, bars) or ids
@@ -396,6 +397,9 @@ class StudioSession:
                   f"+{', +'.join(map(str, added))} tokens in {seconds:.1f} s "
                   f"({sum(added) / max(seconds, 1e-9):.0f} tokens/s); sample 1 has {len(results[0].tokens)} tokens"
                   + ("" if not any(decoder.at_eos) else f"; {sum(decoder.at_eos)} ended at EOS"))
+        if self.tracks:  # the prompt's roles, said once after the piece it started
+            status += "".join(f"<br>{'**Warning:** ' if warning else ''}prompt {line}" for line, warning in self.tracks)
+            self.tracks = []
         view = View(status=status, samples=samples, similarity=similarity, take=len(self.history) + 1)
         self.history.append(Step(snapshot=decoder.snapshot(), view=view))
         return view

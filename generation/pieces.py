@@ -14,7 +14,7 @@ from generation.audio import AudioConfig, AudioTooLong, render_files
 from generation.outputs import AtomicOutputs
 from generation.pianoroll import Music, roll_notes, save_pianoroll
 from generation.sampling import GenerationResult
-from tokenization import BaseTokenizer
+from tokenization import BaseTokenizer, load_midi
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,15 @@ def strip_eos(ids: Sequence[int], eos: int) -> list[int]:
     while ids and ids[-1] == eos:
         ids.pop()
     return ids
+
+
+def track_report(tokenizer: BaseTokenizer, path: str | Path) -> list[tuple[str, bool]]:
+    """How the tokenizer reads the file's tracks (which track plays which part; (line, is_a_warning)),
+    logged as well: the command line and the studio show the same lines."""
+    lines = tokenizer.describe_tracks(load_midi(Path(path)))
+    for line, warning in lines:
+        (logger.warning if warning else logger.info)("%s: %s", Path(path).name, line)
+    return lines
 
 
 def piece_ids(tokenizer: BaseTokenizer, path: str | Path) -> list[int]:

@@ -107,3 +107,35 @@ def piece_from_midi(midi: miditoolkit.MidiFile, name: str) -> GroovePiece:
         drums=grid_notes(drums[0], tpb) if drums else [],
         candidates=[grid_notes(inst, tpb) for inst in others],
     )
+
+
+@dataclass
+class RoleChoice:
+    role: str  # one of TRACKS
+    track: str | None  # the chosen track's name (None: no track for this role)
+    why: str  # in words: which rule chose it, or why there is none
+
+
+def _describe(index: int, inst: miditoolkit.Instrument) -> str:
+    channel = ", channel 10" if inst.is_drum else ""
+    return f"track {index + 1} {inst.name.strip() or '(no name)'!r} (program {inst.program}{channel}, {len(inst.notes)} notes)"
+
+
+def explain_roles(midi: miditoolkit.MidiFile) -> list[RoleChoice]:
+    """Which track `piece_from_midi` takes for each role, and why (the module docstring's rules)."""
+    insts = [(i, inst) for i, inst in enumerate(midi.instruments) if inst.notes]
+    drums = _most_notes_first([item for item in insts if is_drum_track(item[1])])
+    basses = _most_notes_first([item for item in insts if is_bass_track(item[1])])
+    chosen = {id(inst) for inst in drums[:1] + basses[:1]}
+    others = _most_notes_first([item for item in insts if not is_drum_track(item[1]) and id(item[1]) not in chosen])
+    index = {id(inst): i for i, inst in insts}
+    out = []
+    for role, found, rule in (("bass", basses, "a GM bass program (33-40) or 'bass' in its name"),
+                              ("drums", drums, "channel 10 or 'drum', 'kit' or 'perc' in its name"),
+                              ("accompaniment", others, "a pitched track, neither drums nor the bass")):
+        if not found:
+            out.append(RoleChoice(role, None, f"no track has {rule}: the model writes this part on its own"))
+            continue
+        more = f"; the most notes of {len(found)}" if len(found) > 1 else ""
+        out.append(RoleChoice(role, found[0].name, f"{_describe(index[id(found[0])], found[0])}: {rule}{more}"))
+    return out

@@ -27,6 +27,7 @@ from groove.augment import Augmentation, AugmentedPiece, augment
 from groove.constraints import ClosedNote, GrooveConstraintState
 from groove.roles import (
     DRUMS,
+    explain_roles,
     TICKS_PER_BAR,
     TICKS_PER_BEAT,
     TRACKS,
@@ -133,6 +134,11 @@ class GrooveTokenizer(BaseTokenizer, token_format="groove"):
         if muspy is not None and isinstance(source, muspy.Music):
             return music_to_midi(source)
         return load_midi(source)
+
+    def describe_tracks(self, midi: miditoolkit.MidiFile) -> list[tuple[str, bool]]:
+        """Which track became bass, drums and accompaniment, and why; a missing role is a warning."""
+        return [(f"{choice.role}: {choice.why}" if choice.track is None else f"{choice.role} = {choice.why}",
+                 choice.track is None) for choice in explain_roles(midi)]
 
     def _encode_midi(self, midi: miditoolkit.MidiFile) -> list[str]:
         piece = piece_from_midi(midi, "<midi>")

@@ -132,6 +132,11 @@ class BaseTokenizer(ABC):
     def constraint_state(self) -> ConstraintState:
         """A fresh grammar state (before the first token) for constrained sampling and decoding."""
 
+    def describe_tracks(self, midi: miditoolkit.MidiFile) -> list[tuple[str, bool]]:
+        """How the format reads a file's tracks, for the user: (line, is_a_warning) pairs; the
+        multi-track formats say which track plays which part (default: nothing to say)."""
+        return []
+
     def meters_followed(self, midi: miditoolkit.MidiFile) -> list[str]:
         """The meters ("n/d") the last ``encode`` of ``midi`` wrote bars in; here the file's time signatures."""
         return declared_meters(midi)
