@@ -85,7 +85,7 @@ def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placemen
         raise ValueError("no held-out song has phrase labels on the corpus's bars")
     tokenizer, model = ckpt.tokenizer, ckpt.model
     real = [measure_ids(tokenizer, s.name, s.ids, s.phrases, s.shift) for s in songs]
-    memories = [memory_gain(model, s.ids[:options.max_len], [b for b in tokenizer.bar_starts(s.ids[:options.max_len])],
+    memories = [memory_gain(model, s.ids[:options.max_len], tokenizer.bar_starts(s.ids[:options.max_len]),
                             s.phrases, s.shift, options.seed)
                 for s in tqdm(songs, desc=f"{label}: memory", unit="song", disable=not options.progress)]
     device = model.head.weight.device

@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from training.checkpoint_store import POINTER, is_complete, newest_complete, write_checkpoint
 from training.checkpoint_store import list_complete as list_checkpoints  # complete ones, oldest first
-from training.checkpoint_checks import check_meta, check_optimizer, check_weight_shapes
+from training.checkpoint_checks import check_meta, check_optimizer, check_weight_shapes, shape_mismatch
 from training.config import RunConfig
 from model import MusicPerformer
 from model.shipped import PRETRAINED, shipped_model, shipped_models  # noqa: F401  (the commands' lookup)
@@ -228,15 +228,9 @@ def load_weights(path: str | Path, model: torch.nn.Module, grow_vocab: bool = Fa
                     and saved.shape[0] < wanted.shape[0]:
                 extra = saved.mean(dim=0, keepdim=True).expand(wanted.shape[0] - saved.shape[0], -1)
                 weights[name] = torch.cat([saved, extra])  # (V_new, d_model)
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    reshaped = [f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
-                if k in weights and weights[k].shape != v.shape]
-    if missing or unexpected or reshaped:
-        details = "; ".join(part for part in (
-            f"missing {_few(missing)}" if missing else "",
-            f"unexpected {_few(unexpected)}" if unexpected else "",
-            f"shape (checkpoint vs model) {_few(reshaped)}" if reshaped else "") if part)
+    details = shape_mismatch({k: tuple(v.shape) for k, v in weights.items()},
+                             {k: tuple(v.shape) for k, v in expected.items()}, "model")
+    if details:
         raise ValueError(f"checkpoint {folder} does not match the model config: {details}")
     model.load_state_dict(weights)
 
@@ -290,11 +284,6 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, 
     groups = [{k: tuple(v) if k in tuple_keys else v for k, v in group.items()}
               for group in structure["param_groups"]]
     return {"state": state, "param_groups": groups}
-
-
-def _few(items: list[str], limit: int = 4) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
 
 
 # ------------------------------------------------------------------------------------ RNG

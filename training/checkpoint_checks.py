@@ -53,15 +53,24 @@ def check_weight_shapes(folder: Path, config: ModelConfig) -> None:
                          f"the weights have {len(layers)} layers, the config {config.n_layer}")
     with torch.device("meta"):
         expected = {name: tuple(t.shape) for name, t in MusicPerformer(config).state_dict().items()}
+    details = shape_mismatch(saved, expected, "config")
+    if details:
+        raise ValueError(f"checkpoint {folder} does not match the model config of its meta.json: {details}")
+
+
+def shape_mismatch(saved: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], other: str) -> str:
+    """How saved tensor shapes (by name) differ from the `other` side's (the config, the model), in
+    words; empty when they agree."""
+    def few(items: list[str], limit: int = 4) -> str:
+        return ", ".join(items[:limit]) + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
     missing = sorted(set(expected) - set(saved))
     unexpected = sorted(set(saved) - set(expected))
     reshaped = [f"{n} {saved[n]} vs {shape}" for n, shape in expected.items() if n in saved and saved[n] != shape]
-    if missing or unexpected or reshaped:
-        details = "; ".join(part for part in (
-            f"missing {', '.join(missing[:3])}" if missing else "",
-            f"unexpected {', '.join(unexpected[:3])}" if unexpected else "",
-            f"shape (checkpoint vs config) {', '.join(reshaped[:3])}" if reshaped else "") if part)
-        raise ValueError(f"checkpoint {folder} does not match the model config of its meta.json: {details}")
+    return "; ".join(part for part in (
+        f"missing {few(missing)}" if missing else "",
+        f"unexpected {few(unexpected)}" if unexpected else "",
+        f"shape (checkpoint vs {other}) {few(reshaped)}" if reshaped else "") if part)
 
 
 def check_optimizer(folder: Path, state: dict[str, Any], model: torch.nn.Module,
