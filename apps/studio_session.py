@@ -397,6 +397,10 @@ class StudioSession:
                   f"+{', +'.join(map(str, added))} tokens in {seconds:.1f} s "
                   f"({sum(added) / max(seconds, 1e-9):.0f} tokens/s); sample 1 has {len(results[0].tokens)} tokens"
                   + ("" if not any(decoder.at_eos) else f"; {sum(decoder.at_eos)} ended at EOS"))
+        if audio is not None and any(files.wav is None for files in samples):
+            status += (f"<br>**Warning:** no audio for sample(s) "
+                       f"{', '.join(str(i + 1) for i, f in enumerate(samples) if f.wav is None)}: longer than "
+                       f"{audio.max_seconds / 60:.0f} min; their MIDI, tokens and piano roll are written")
         if self.tracks:  # the prompt's roles, said once after the piece it started
             status += "".join(f"<br>{'**Warning:** ' if warning else ''}prompt {line}" for line, warning in self.tracks)
             self.tracks = []
@@ -407,9 +411,9 @@ class StudioSession:
     def _write(self, result: GenerationResult, out: Path, audio: AudioConfig | None, at_eos: bool
                ) -> SampleFiles:
         write_piece(self.ckpt.tokenizer, result, out, audio=audio)
+        wav, ogg = out.with_suffix(".wav"), out.with_suffix(".ogg")  # absent when the piece is too long to render
         return SampleFiles(midi=out, tokens=out.with_suffix(".txt"), pianoroll=out.with_suffix(".png"),
-                           wav=out.with_suffix(".wav") if audio else None,
-                           ogg=out.with_suffix(".ogg") if audio else None,
+                           wav=wav if audio and wav.exists() else None, ogg=ogg if audio and ogg.exists() else None,
                            new_tokens=len(result.generated), at_eos=at_eos)
 
     def _similarity(self, results: list[GenerationResult]) -> list[list[Any]]:

@@ -407,12 +407,20 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
 def test_failure_while_writing_leaves_no_partial_files(remi_run, tmp_path, capsys, monkeypatch):
     import generation.pieces
 
-    def broken(*args, **kwargs):
-        raise OSError("disk full")
+    written = []
+    real = generation.pieces.save_pianoroll
 
-    monkeypatch.setattr(generation.pieces, "save_pianoroll", broken)
+    def full_at_the_second(music, path, *args, **kwargs):  # the disk fills while the second sample is written
+        if written:
+            raise OSError("disk full")
+        written.append(path)
+        return real(music, path, *args, **kwargs)
+
+    monkeypatch.setattr(generation.pieces, "save_pianoroll", full_at_the_second)
     out = tmp_path / "out" / "song.mid"
-    assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress"]) == 1
+    assert main(["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress",
+                 "--num-samples", "2"]) == 1
+    assert written  # the first sample's files were written, then removed with the rest
     assert "disk full" in assert_one_error_line(capsys)
     assert list((tmp_path / "out").iterdir()) == []
 
@@ -448,6 +456,37 @@ def test_leftovers_of_killed_runs_are_removed_and_replacing_is_said(remi_run, tm
     caplog.set_level("WARNING")
     assert main(args) == 0
     assert "replacing" in caplog.text and "song_1.mid" in caplog.text
+
+
+KILLED_WHILE_WRITING = """
+import os, signal, sys
+import generation.pieces
+from apps.generate import main
+
+def killed(music, path, *args, **kwargs):
+    open(path, "wb").write(b"half a piano roll")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+generation.pieces.save_pianoroll = killed
+main(sys.argv[1:])
+"""
+
+
+def test_a_kill_while_writing_leaves_no_output_and_the_next_run_cleans_up(remi_run, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "song.mid"
+    args = ["--checkpoint", str(remi_run), "--out", str(out), "--tokens", "10", "--no-progress", "--no-audio",
+            "--num-samples", "2"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_WHILE_WRITING, *args], cwd=Path(__file__).parents[2],
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left and all(".partial-" in name for name in left)  # no final file: the kill came before the renames
+    assert main(args) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"song_{i}{suffix}" for i in (1, 2) for suffix in (".mid", ".txt", ".png"))
 
 
 def test_a_piece_too_long_for_audio_keeps_its_midi_tokens_and_roll(remi, tmp_path, caplog):

@@ -7,7 +7,7 @@ from pathlib import Path
 import miditoolkit
 import pytest
 
-from generation.audio import read_wav
+from generation.audio import AudioConfig, read_wav
 from training.checkpoint import shipped_default, shipped_models
 from generation.pieces import count_bars
 from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, SHIPPED_SUFFIX, Request, StudioError, StudioSession,
@@ -15,7 +15,7 @@ from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, SHIPPED_SUFFIX, Requ
 from groove import GrooveTokenizer
 from cli_helpers import band_midi, exit_status, save_tiny
 
-needs_shipped = pytest.mark.skipif(not shipped_default() is not None, reason="no shipped pretrained/ model")
+needs_shipped = pytest.mark.skipif(shipped_default() is None, reason="no shipped pretrained/ model")
 
 
 def tokens_of(path: Path) -> list[str]:
@@ -52,6 +52,18 @@ def test_generate_continue_undo_with_the_shipped_model(tmp_path):
     session.undo()
     with pytest.raises(StudioError, match="nothing to undo"):
         session.undo()
+
+
+@needs_shipped
+def test_a_piece_too_long_for_audio_is_shown_without_audio(tmp_path, monkeypatch):
+    import apps.studio_session
+
+    monkeypatch.setattr(apps.studio_session, "AudioConfig", lambda: AudioConfig(max_seconds=0.01))
+    view = StudioSession(tmp_path / "work").generate(Request(model=SHIPPED, length=2, unit="bars", seed=1))
+    sample = view.samples[0]
+    assert sample.wav is None and sample.ogg is None and sample.midi.is_file() and sample.pianoroll.is_file()
+    assert "no audio for sample(s) 1" in view.status
+    assert [Path(p).suffix for p in sample.downloads()] == [".mid", ".txt"]
 
 
 @needs_shipped
