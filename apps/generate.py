@@ -23,6 +23,7 @@ from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app,
                       threads_argument)
 from generation.audio import AudioConfig, load_soundfont
 from generation.outputs import AtomicOutputs, check_targets
+from generation.own_file import RENDERS, own_file
 from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
 from generation.form import RESTATE, form_and_chords, form_budget, form_steer
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
@@ -89,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="groove models: close any note held this many bars (default: no limit)")
     parser.add_argument("--num-samples", type=int, default=1,
                         help="samples drawn in one batched decoding (default: %(default)s)")
+    parser.add_argument("--render", choices=RENDERS, default="file",
+                        help="with --prompt: 'file' writes the prompt's own MIDI file with only the generated bars "
+                             "changed (every other note, track, tempo and marker where it was), 'tokens' the "
+                             "decoded tokens (quantised, on the tokenizer's bar grid, one track) (default: %(default)s)")
     parser.add_argument("--no-audio", action="store_true", help="write no .wav / .ogg")
     parser.add_argument("--soundfont", default=None,
                         help="General MIDI .sf2 for the audio (default: the one shipped with pretty_midi)")
@@ -279,9 +284,14 @@ def run(args: argparse.Namespace) -> None:
         results = [keep_bars(tokenizer, result, bars_from, args.bars) for result in results]
     audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)
     sections = [(p.first, p.label) for p in phrases] if phrases is not None else []
+    own = own_file(tokenizer, args.prompt, args.render, 0 if job is None else job.tail)
     with AtomicOutputs() as outputs:  # every sample's files appear together, or none
         for path, result in zip(sample_paths(out, len(results)), results):
-            write_piece(tokenizer, result, path, audio=audio, sections=sections, outputs=outputs)
+            placed = write_piece(tokenizer, result, path, audio=audio, sections=sections, outputs=outputs, own=own)
+            if placed is not None:
+                logger.info("%s: %s with beats %.2f-%.2f generated (%d notes in place of %d of its own; every "
+                            "other note, track and tempo kept)", path.name, own.path.name, *placed.span,
+                            placed.added, placed.removed)
 
 
 def sample_paths(out: Path, count: int) -> list[Path]:

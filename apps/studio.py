@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from apps.cli import OneLineParser, run_app, threads_argument
 from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, StudioError, StudioSession, View,
                                  model_choices, page_request, public_message, whole_number)
+from generation.own_file import RENDERS
 from model import DEVICE_NAMES, resolve_device
 from tokenization import MIDI_SUFFIXES
 
@@ -68,20 +69,21 @@ class Studio:
             state.close()
 
     def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                 whole: bool = False, chords: str = "", form: str = "", progress: Any = None) -> list[Any]:
+                 whole: bool = False, chords: str = "", form: str = "", render: str = "file",
+                 progress: Any = None) -> list[Any]:
         session = self.session(state)
         try:
             request = page_request(model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                                   whole, chords, form)
+                                   whole, chords, form, render)
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.generate(request, _progress(progress)))
 
-    def infill(self, state, model, prompt, bars, temperature, top_p, seed, samples, progress: Any = None
-               ) -> list[Any]:
+    def infill(self, state, model, prompt, bars, temperature, top_p, seed, samples, render: str = "file",
+               progress: Any = None) -> list[Any]:
         session = self.session(state)
         try:
-            request = page_request(model, prompt, 1, 1, "bars", temperature, top_p, seed, samples)
+            request = page_request(model, prompt, 1, 1, "bars", temperature, top_p, seed, samples, render=render)
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.infill(request, bars, _progress(progress)))
@@ -160,6 +162,9 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                 form = gr.Textbox(label="Form: letter and bars per phrase (i intro, A-H sections that come back, "
                                         "X once, b c x interludes, o outro), or auto; then the length is its bars",
                                   placeholder="i4 A8 B8 A8 B8 o4", elem_id="form")
+                render = gr.Radio(list(RENDERS), value="file", elem_id="render",
+                                  label="With a prompt, write: the uploaded file with only the new bars changed "
+                                        "(its tracks, tempo and timing kept), or the decoded tokens")
                 infill_bars = gr.Textbox(label="Bars of the uploaded song to rewrite (e.g. 9-12), then Infill",
                                          placeholder="9-12", elem_id="infill_bars")
                 with gr.Row():
@@ -186,18 +191,18 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                                           label="Style similarity of the continuation's quarters to the prompt piece")
         outputs = [state, status, sample, roll, audio, downloads, similarity]
 
-        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, progress=gr.Progress()):
-            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, progress)
+        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, progress=gr.Progress()):
+            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, progress)
 
         def on_continue(st, n, u, progress=gr.Progress()):
             return studio.continue_(st, n, u, progress)
 
-        def on_infill(st, m, p, b, t, tp, s, k, progress=gr.Progress()):
-            return studio.infill(st, m, p, b, t, tp, s, k, progress)
+        def on_infill(st, m, p, b, t, tp, s, k, r, progress=gr.Progress()):
+            return studio.infill(st, m, p, b, t, tp, s, k, r, progress)
 
-        infill.click(on_infill, [state, model, prompt, infill_bars, temperature, top_p, seed, samples], outputs)
+        infill.click(on_infill, [state, model, prompt, infill_bars, temperature, top_p, seed, samples, render], outputs)
         generate.click(on_generate, [state, model, prompt, prompt_bars, length, unit, temperature, top_p,
-                                     seed, samples, whole, chords, form], outputs)
+                                     seed, samples, whole, chords, form, render], outputs)
         extend.click(on_continue, [state, length, unit], outputs)
         undo.click(studio.undo, [state], outputs)
         sample.input(studio.show, [state, sample], outputs[2:])

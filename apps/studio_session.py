@@ -31,6 +31,7 @@ from generation.audio import AudioConfig
 from generation.chords import ChordSteer, parse_progression
 from generation.form import RESTATE, form_and_chords, form_steer
 from generation.infill import INFILL_MODEL, InfillIncomplete, InfillJob, has_infill, parse_bar_range
+from generation.own_file import OwnFile, own_file
 from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, track_report, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
@@ -82,6 +83,7 @@ class Request:
     seed: int = 0  # drives the positional noise and the draws
     num_samples: int = 1  # samples decoded as one batch
     audio: bool = True  # render .wav / .ogg
+    render: str = "file"  # with a prompt: "file" writes the uploaded file with only the new bars changed, "tokens" the decoded tokens
 
 
 @dataclass
@@ -115,7 +117,8 @@ class Step:
 
 
 def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: Any, temperature: Any,
-                 top_p: Any, seed: Any, samples: Any, whole: Any = False, chords: Any = "", form: Any = "") -> Request:
+                 top_p: Any, seed: Any, samples: Any, whole: Any = False, chords: Any = "", form: Any = "",
+                 render: Any = "file") -> Request:
     """A Request from the page's raw values (numbers arrive as int, float, text or None: a client of
     the HTTP API sends what it likes); a StudioError names the field of a value that is not a number
     of its kind."""
@@ -123,7 +126,7 @@ def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: A
                    length=whole_number(length, "length", 0), unit=unit, temperature=finite_number(temperature, "temperature"),
                    top_p=finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0),
                    num_samples=whole_number(samples, "samples", 1), whole_prompt=bool(whole),
-                   chords=str(chords or ""), form=str(form or ""))
+                   chords=str(chords or ""), form=str(form or ""), render=str(render or "file"))
 
 
 def whole_number(value: Any, name: str, default: int) -> int:
@@ -175,6 +178,13 @@ def model_choices(search: list[Path]) -> list[str]:
     return list(dict.fromkeys(choices))
 
 
+def _own_file(tokenizer: BaseTokenizer, prompt: Path | None, render: str, tail: int = 0) -> OwnFile | None:
+    try:
+        return own_file(tokenizer, prompt, render, tail)
+    except ValueError as error:  # an unknown render, or a file the tokenizer cannot read
+        raise StudioError(str(error)) from None
+
+
 def check_upload(path: str | Path | None) -> Path | None:
     """The uploaded prompt file, checked for presence, size and MIDI header."""
     if path is None:
@@ -214,6 +224,7 @@ class StudioSession:
         self.takes = 0  # steps ever made (names of output folders)
         self.infill_job: InfillJob | None = None  # the current piece is an infill (it cannot be continued)
         self.tracks: list[tuple[str, bool]] = []  # how the uploaded prompt's tracks were read (shown once)
+        self.own: OwnFile | None = None  # the uploaded file the current piece is written into (None: its tokens)
 
     # ------------------------------------------------------------------------------ actions
     def generate(self, request: Request, progress: Progress | None = None) -> View:
@@ -258,7 +269,8 @@ class StudioSession:
                               capacity=len(prompt) + budget, steer=steer)
         except ValueError as error:
             raise StudioError(str(error)) from None
-        self.decoder, self.ckpt, self.request, self.reference = decoder, ckpt, request, reference
+        own = _own_file(tokenizer, prompt_file, request.render)
+        self.decoder, self.ckpt, self.request, self.reference, self.own = decoder, ckpt, request, reference, own
         self.history, self.infill_job = [], None
         return self._extend(length, unit, progress, "generated")
 
@@ -291,7 +303,8 @@ class StudioSession:
                               capacity=len(job.prompt) + budget, steer=job.steer())
         except ValueError as error:
             raise StudioError(str(error)) from None
-        self.decoder, self.ckpt, self.request, self.reference = decoder, ckpt, request, None
+        own = _own_file(tokenizer, prompt_file, request.render, job.tail)
+        self.decoder, self.ckpt, self.request, self.reference, self.own = decoder, ckpt, request, None, own
         self.history, self.infill_job = [], job
         return self._extend(job.bars, "bars", progress, f"rewrote bars {span[0]}-{span[1]} of")
 
@@ -299,6 +312,7 @@ class StudioSession:
         """Free what the session holds (its decoder, history and files): idle too long, or pushed
         out by newer sessions. Used again, it starts afresh."""
         self.decoder, self.history, self.infill_job, self.request, self.reference = None, [], None, None, None
+        self.own = None
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def continue_(self, length: int, unit: str = "bars", progress: Progress | None = None) -> View:
@@ -410,7 +424,7 @@ class StudioSession:
 
     def _write(self, result: GenerationResult, out: Path, audio: AudioConfig | None, at_eos: bool
                ) -> SampleFiles:
-        write_piece(self.ckpt.tokenizer, result, out, audio=audio)
+        write_piece(self.ckpt.tokenizer, result, out, audio=audio, own=self.own)
         wav, ogg = out.with_suffix(".wav"), out.with_suffix(".ogg")  # absent when the piece is too long to render
         return SampleFiles(midi=out, tokens=out.with_suffix(".txt"), pianoroll=out.with_suffix(".png"),
                            wav=wav if audio and wav.exists() else None, ogg=ogg if audio and ogg.exists() else None,

@@ -118,7 +118,12 @@ class InfillJob:
 
     def middle(self, restored: GenerationResult) -> list[int]:
         """The rewritten bars of a restored result."""
-        return restored.tokens[len(self.parts.prefix):len(restored.tokens) - len(self.parts.suffix) - 1]
+        return restored.tokens[len(self.parts.prefix):len(restored.tokens) - self.tail]
+
+    @property
+    def tail(self) -> int:
+        """Tokens at the end of a restored result that are the song's own: its bars after the range, and EOS."""
+        return len(self.parts.suffix) + 1
 
 
 def first_bars(tokenizer: BaseTokenizer, ids: list[int], tokens: int) -> list[int]:

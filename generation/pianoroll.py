@@ -53,9 +53,11 @@ def _label(name: str | None, program: int, is_drum: bool) -> str:
 
 
 def save_pianoroll(music: Music, path: str | Path, title: str = "",
-                   prompt_end_beat: float | None = None, sections: Sequence[tuple[float, str]] = ()) -> None:
+                   prompt_end_beat: float | None = None, sections: Sequence[tuple[float, str]] = (),
+                   generated: tuple[float, float] | None = None) -> None:
     """Draw the piece's notes as a piano roll into an image file (format from the suffix); `sections`:
-    (beat, label) of each section's start, drawn as a line and its label."""
+    (beat, label) of each section's start, drawn as a line and its label; `generated`: the generated
+    bars [start, end) in beats, shaded, with both ends marked."""
     notes = roll_notes(music)
     tracks = sorted({n.track for n in notes})
     colours = {track: plt.get_cmap("tab10")(i % 10) for i, track in enumerate(tracks)}
@@ -74,6 +76,11 @@ def save_pianoroll(music: Music, path: str | Path, title: str = "",
     for beat, label in sections:
         axes.axvline(beat, color="tab:red", linewidth=0.8, alpha=0.7, zorder=1)
         axes.text(beat + 0.5, high + 1.2, label, color="tab:red", fontsize=9, va="center", fontweight="bold")
+    if generated is not None:
+        axes.axvspan(*generated, color="tab:orange", alpha=0.12, zorder=0, label="generated bars")
+        for edge in generated:
+            axes.axvline(edge, color="tab:orange", linestyle="--", linewidth=1.0)
+        axes.text(generated[0] + 0.3, low - 1.4, "generated", color="tab:orange", fontsize=9, va="center")
     if prompt_end_beat is not None:
         axes.axvline(prompt_end_beat, color="black", linestyle="--", linewidth=1.0, label="end of prompt")
     handles = [Rectangle((0, 0), 1, 1, color=colours[t]) for t in tracks]

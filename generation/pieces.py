@@ -12,6 +12,7 @@ import muspy
 
 from generation.audio import AudioConfig, AudioTooLong, render_files
 from generation.outputs import AtomicOutputs
+from generation.own_file import OwnFile, Placed, place
 from generation.pianoroll import Music, roll_notes, save_pianoroll
 from generation.sampling import GenerationResult
 from tokenization import BaseTokenizer, load_midi
@@ -150,28 +151,38 @@ def piece_paths(out: Path, audio: bool) -> list[Path]:
 
 
 def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, audio: AudioConfig | None = None,
-                sections: Sequence[tuple[int, str]] = (), outputs: AtomicOutputs | None = None) -> None:
+                sections: Sequence[tuple[int, str]] = (), outputs: AtomicOutputs | None = None,
+                own: OwnFile | None = None) -> Placed | None:
     """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them
     (with `outputs`, they appear with every other output of that AtomicOutputs). `sections`: (first
-    bar, label) of a form's phrases, marked on the piano roll. A piece too long to render keeps its
-    MIDI, tokens and piano roll, without audio (a warning says so)."""
+    bar, label) of a form's phrases, marked on the piano roll. With `own`, the MIDI file is the user's
+    file with the generated bars in it (generation.own_file), and the piano roll and audio are made
+    from it; returns what was placed there. A piece too long to render keeps its MIDI, tokens and piano
+    roll, without audio (a warning says so)."""
     if outputs is None:
-        with AtomicOutputs() as own:
-            return write_piece(tokenizer, result, out, audio, sections, own)
+        with AtomicOutputs() as own_outputs:
+            return write_piece(tokenizer, result, out, audio, sections, own_outputs, own)
     report = tokenizer.decode_with_report(result.tokens)
     if report.skipped:
         logger.warning("%d invalid events were skipped while decoding", report.skipped)
-    prompt_notes = roll_notes(tokenizer.decode(result.tokens[:result.prompt_len]))
-    prompt_end = max((n.end for n in prompt_notes), default=None)
+    midi_path = outputs.temp(out)
     title = (f"{out.stem}: {len(result.generated)} tokens after a {result.prompt_len}-token prompt"
              + (" (EOS)" if result.stopped_at_eos else ""))
-    midi_path = outputs.temp(out)
-    write_midi(report.music, midi_path)
+    beats = bar_times(tokenizer, result.tokens, [bar for bar, _ in sections])
+    placed, music, shift, prompt_end = None, report.music, 0.0, None
+    if own is None:
+        write_midi(report.music, midi_path)
+        prompt_end = max((n.end for n in roll_notes(tokenizer.decode(result.tokens[:result.prompt_len]))), default=None)
+    else:
+        placed = place(tokenizer, result, own)
+        placed.midi.save(midi_path)
+        music, shift = load_midi(midi_path), own.origin
+        title = f"{out.stem}: {own.path.name} with {placed.added} generated notes" + (" (EOS)" if result.stopped_at_eos else "")
     text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
     outputs.temp(out.with_suffix(".txt")).write_text(text)
-    beats = bar_times(tokenizer, result.tokens, [bar for bar, _ in sections])
-    save_pianoroll(report.music, outputs.temp(out.with_suffix(".png")), title, prompt_end,
-                   [(beat, label) for beat, (_, label) in zip(beats, sections)])
+    save_pianoroll(music, outputs.temp(out.with_suffix(".png")), title, prompt_end,
+                   [(beat + shift, label) for beat, (_, label) in zip(beats, sections)],
+                   generated=None if placed is None else placed.span)
     if audio is not None:
         wav, ogg = outputs.temp(out.with_suffix(".wav")), outputs.temp(out.with_suffix(".ogg"))
         try:
@@ -180,3 +191,4 @@ def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, a
             outputs.discard(out.with_suffix(".wav"))
             outputs.discard(out.with_suffix(".ogg"))
             logger.warning("%s: %s; its MIDI, tokens and piano roll are written, without audio", out.name, error)
+    return placed

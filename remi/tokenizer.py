@@ -124,6 +124,12 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
         meter = self.last_encode_stats.meter
         return [meter] if meter and meter != "declared map" else super().meters_followed(midi)
 
+    def time_origin(self, source: Any) -> float:
+        """Beats from the file's tick 0 to the encoded song's first bar line (negative for a first
+        bar that starts before tick 0, see ``_bar_grid``); the decode's grid is the encode's, shifted."""
+        self.encode(source)
+        return self.last_encode_stats.start / SUB_BEATS_PER_BEAT
+
     # ---------------------------------------------------------------- encode
     def encode_with_report(self, source: Any) -> tuple[list[int], EncodeStats]:
         """``encode`` plus the counts of what was clamped, clipped or dropped."""

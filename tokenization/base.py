@@ -137,6 +137,12 @@ class BaseTokenizer(ABC):
         multi-track formats say which track plays which part (default: nothing to say)."""
         return []
 
+    def time_origin(self, source: Any) -> float | None:
+        """Where, in beats from the file's tick 0, the encoded piece's time 0 falls (the decoded
+        piece's beat b is the file's beat origin + b); None when the format cannot place its pieces
+        back into the file they came from (then only the decoded piece can be written)."""
+        return None
+
     def meters_followed(self, midi: miditoolkit.MidiFile) -> list[str]:
         """The meters ("n/d") the last ``encode`` of ``midi`` wrote bars in; here the file's time signatures."""
         return declared_meters(midi)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import miditoolkit
+import mido
 import numpy as np
 import pretty_midi
 import pytest
@@ -12,6 +14,7 @@ import torch
 
 from generation.audio import AudioConfig, read_wav, tick_to_seconds
 from apps.generate import main
+from generation.own_file import absolute, note_pairs
 from groove import GrooveTokenizer
 from remi import REMITokenizer
 from cli_helpers import band_midi, exit_status, save_tiny
@@ -81,6 +84,30 @@ def test_prompt_continuation_keeps_the_prompt(remi_run, remi, chorale_midi, tmp_
     assert len(prompt) < len(tokens) <= len(prompt) + 20
 
 
+def test_a_continuation_is_written_into_the_prompts_own_file(remi_run, remi, chorale_midi, tmp_path, caplog):
+    """--render file (the default): the chorale's own tracks, ticks and tempo, with only the generated
+    bars changed; --render tokens: the decoded tokens, as the .txt says."""
+    args = ["--checkpoint", str(remi_run), "--prompt", str(chorale_midi), "--prompt-bars", "2", "--tokens", "60",
+            "--seed", "4", "--no-audio", "--no-progress"]
+    with caplog.at_level("INFO", logger="apps.generate"):
+        assert main(args + ["--out", str(tmp_path / "own.mid")]) == 0
+    assert "own.mid: " + chorale_midi.name + " with beats" in caplog.text
+    original, own = mido.MidiFile(chorale_midi), mido.MidiFile(tmp_path / "own.mid")
+    assert own.ticks_per_beat == original.ticks_per_beat and len(own.tracks) == len(original.tracks)
+    bar_line = remi.encode_with_report(chorale_midi)[1].bar_ticks[2]  # where the generated bars begin, in file ticks
+    for mine, theirs in zip(own.tracks, original.tracks):  # the prompt's bars are all there, at their ticks
+        before = Counter(e for e in absolute_strings(theirs) if e[0] < bar_line - original.ticks_per_beat // 8)
+        assert before <= Counter(absolute_strings(mine))
+    assert [m for m in own.tracks[0] if m.type == "set_tempo"] == [m for m in original.tracks[0] if m.type == "set_tempo"]
+    assert main(args + ["--out", str(tmp_path / "tokens.mid"), "--render", "tokens"]) == 0
+    decoded = remi.decode(remi.strings_to_ids(read_tokens(tmp_path / "tokens.txt")))
+    assert len(miditoolkit.MidiFile(str(tmp_path / "tokens.mid")).instruments) == len(decoded.instruments) == 1
+
+
+def absolute_strings(track) -> list[tuple[int, str]]:
+    return [(tick, str(m.copy(time=0))) for tick, m in absolute(track)]
+
+
 def test_a_whole_song_is_continued_after_its_end(remi_run, remi, chorale_midi, tmp_path):
     out = tmp_path / "whole.mid"
     assert main(["--checkpoint", str(remi_run), "--out", str(out), "--prompt", str(chorale_midi),
@@ -88,6 +115,9 @@ def test_a_whole_song_is_continued_after_its_end(remi_run, remi, chorale_midi, t
     whole = remi.tokens_to_strings([i for i in remi.encode(chorale_midi) if i != remi.eos_id])
     tokens = read_tokens(tmp_path / "whole.txt")
     assert len(whole) > 200 and tokens[:len(whole)] == whole and len(whole) < len(tokens) <= len(whole) + 12
+    for mine, theirs in zip(mido.MidiFile(out).tracks, mido.MidiFile(chorale_midi).tracks):  # all of the song, as it was
+        assert Counter(absolute_strings(theirs)) - Counter(absolute_strings(mine)) <= \
+            Counter(e for e in absolute_strings(theirs) if e[1] == "MetaMessage('end_of_track', time=0)")
 
 
 def test_chords_from_the_command_line_or_a_file(remi, tmp_path):
@@ -139,6 +169,27 @@ def test_infill_rewrites_only_its_bars(remi, chorale_midi, tmp_path):
     assert written[-len(tail):] == tail and written[:-len(tail)] != song[:starts[3]]
     assert len(fim.bar_starts(fim.strings_to_ids(written))) == len(starts)
     assert not any(token.startswith("Infill_") for token in written)
+    grid = mido.MidiFile(chorale_midi).ticks_per_beat // 8  # a note this early belongs to the next 16th
+    low, high = (tick - grid for tick in fim.encode_with_report(chorale_midi)[1].bar_ticks[1:4:2])  # bars 2-3, 1-based
+    theirs, mine = file_notes(chorale_midi), file_notes(out)  # every note outside them, as it was
+    assert Counter(n for n in theirs if not low <= n[2] < high) <= mine and mine != theirs
+    assert other_messages(chorale_midi) == other_messages(out)  # tempo, meter, names, programs
+
+
+def file_notes(path: Path) -> Counter:
+    """(track, channel, onset, offset, pitch, velocity) of every note of a MIDI file."""
+    found = Counter()
+    for index, track in enumerate(mido.MidiFile(path).tracks):
+        events = absolute(track)
+        found.update((index, channel, events[on][0], events[off][0], events[on][1].note, events[on][1].velocity)
+                     for on, off, channel in note_pairs(events))
+    return found
+
+
+def other_messages(path: Path) -> Counter:
+    """(track, tick, message) of every message that is not a note."""
+    return Counter((index, tick, str(m.copy(time=0))) for index, track in enumerate(mido.MidiFile(path).tracks)
+                   for tick, m in absolute(track) if m.type not in ("note_on", "note_off", "end_of_track"))
 
 
 def test_a_form_restates_its_returning_phrases(remi, tmp_path):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import miditoolkit
+import mido
 import pytest
 
 from generation.audio import AudioConfig, read_wav
 from training.checkpoint import shipped_default, shipped_models
+from generation.own_file import absolute
 from generation.pieces import count_bars
 from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, SHIPPED_SUFFIX, Request, StudioError, StudioSession,
                                  check_upload, model_choices, model_path, page_request, public_message)
@@ -90,6 +93,20 @@ def test_a_whole_uploaded_song_is_continued_after_its_end(tmp_path, chorale_midi
     whole = [i for i in session.ckpt.tokenizer.encode(chorale_midi) if i != session.ckpt.tokenizer.eos_id]
     assert session.decoder.prompt_len == len(whole) and session.decoder.tokens[0][:len(whole)] == whole
     assert view.samples[0].new_tokens > 0
+    theirs, view = mido.MidiFile(chorale_midi), session.continue_(4, "tokens")  # written into the uploaded file
+    for track, mine in zip(theirs.tracks, mido.MidiFile(view.samples[0].midi).tracks):
+        assert Counter(note_events(track)) <= Counter(note_events(mine))
+    assert len(mido.MidiFile(view.samples[0].midi).tracks) == len(theirs.tracks) > 1
+    view = session.generate(page_request(str(run), str(chorale_midi), 2, 6, "tokens", 1.0, 0.9, 0, 1, True,
+                                         render="tokens"))
+    assert len(mido.MidiFile(view.samples[0].midi).tracks) < len(theirs.tracks)  # the decoded tokens: one piano track
+    with pytest.raises(StudioError, match="render must be one of file, tokens"):
+        session.generate(page_request(str(run), str(chorale_midi), 2, 6, "tokens", 1.0, 0.9, 0, 1, render="wav"))
+
+
+def note_events(track: mido.MidiTrack) -> list[tuple[int, str]]:
+    """(tick, message) of a track's notes."""
+    return [(tick, str(m.copy(time=0))) for tick, m in absolute(track) if m.type in ("note_on", "note_off")]
 
 
 def test_chords_in_the_page_are_followed_bar_by_bar(tmp_path):
@@ -144,6 +161,8 @@ def test_infill_rewrites_the_bars_typed_and_keeps_the_rest(tmp_path, chorale_mid
         middle = tokens[starts[1]:len(tokens) - (len(song) - starts[3])]
         assert all(any(t.startswith("Note_Pitch") for t in bar)
                    for bar in " ".join(middle).split("Bar_None")[1:] for bar in [bar.split()])
+        written = mido.MidiFile(sample.midi)  # the uploaded file, its tempo and tracks as they were
+        assert [m for m in written.tracks[0] if m.is_meta] == [m for m in mido.MidiFile(chorale_midi).tracks[0] if m.is_meta]
     with pytest.raises(StudioError, match="cannot be continued|keeps the rest"):
         session.continue_(2, "bars")
     with pytest.raises(StudioError, match="the song has"):
