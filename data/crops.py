@@ -51,6 +51,7 @@ class CropDataset(Dataset):
         max_bars: int | None = None,
         fim_rate: float = 0.0,
         end_crops: bool = False,
+        fim_suffix_tokens: int | None = None,
     ):
         if not len(pieces):
             raise ValueError("CropDataset needs at least one piece")
@@ -64,6 +65,7 @@ class CropDataset(Dataset):
         self.samples_per_piece = samples_per_piece  # crops of each piece per epoch
         self.max_bars = max_bars  # crops end before this many bars (None: no limit)
         self.fim_rate = fim_rate  # fraction of crops rearranged for fill in the middle (REMI with markers)
+        self.fim_suffix_tokens = fim_suffix_tokens  # a rearranged crop's suffix is at most this long (None: any)
         self.end_crops = end_crops  # draw the crop reaching the piece's end with probability crop_len / length
         self.unscored = marker_ids(tokenizer)[:2] if fim_rate > 0 else ()  # markers that are never targets
         self.epoch = 0  # set by set_epoch; part of every draw's seed
@@ -93,7 +95,7 @@ class CropDataset(Dataset):
         crop = self.cut(piece, piece_index, start)
         crop = self.draw_transposition(crop, rng)
         if self.fim_rate > 0 and rng.random() < self.fim_rate:
-            crop = fim_crop(self.tokenizer, crop, rng)
+            crop = fim_crop(self.tokenizer, crop, rng, self.fim_suffix_tokens)
         inputs, targets = pad_crop(crop, self.crop_len, self.tokenizer.pad_id)
         for marker in self.unscored:
             targets[targets == marker] = IGNORE_INDEX

@@ -88,15 +88,24 @@ def meter_at(tokenizer: REMITokenizer, ids: Sequence[int], index: int) -> tuple[
     return state.clock.meter
 
 
-def fim_crop(tokenizer: REMITokenizer, crop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def fim_crop(tokenizer: REMITokenizer, crop: np.ndarray, rng: np.random.Generator,
+             suffix_tokens: int | None = None) -> np.ndarray:
     """``crop`` rearranged around a random span of 1 .. MAX_SPAN_BARS whole bars, cut to the crop's
-    length by trimming the end of the suffix; the crop itself when it has no such span."""
+    length by trimming the end of the suffix; the crop itself when it has no such span. With
+    ``suffix_tokens``, the span ends where at most that many tokens of the crop follow it, so that the
+    suffix read is as short as the one generation reads (``generation.infill.SUFFIX_TOKENS``) and the
+    crop stays full: the bars before the span are then most of it."""
     starts = tokenizer.bar_starts(crop.tolist())
     complete = len(starts) - 1  # bars that end inside the crop (the last one may be cut)
     if complete < 1:
         return crop
     bars = int(rng.integers(1, min(MAX_SPAN_BARS, complete) + 1))
-    first = int(rng.integers(0, complete - bars + 1))
+    lowest = 0  # the first bar the span may start at
+    if suffix_tokens is not None:  # the earliest bar line after which the suffix fits
+        end = next((k for k in range(1, complete + 1) if len(crop) - starts[k] - MARKERS_PER_CROP <= suffix_tokens),
+                   complete)
+        lowest = max(0, end - bars)
+    first = int(rng.integers(lowest, complete - bars + 1))
     try:
         parts = arrange(tokenizer, crop, first, bars)
     except ValueError:  # a meter change inside the span

@@ -56,6 +56,9 @@ class DataConfig:
     time_signatures: bool = True  # remi: emit TimeSig tokens where the meter changes
     max_pieces: Optional[int] = None  # default: use at most this many chorales; trio: pieces generated
     fim_rate: float = 0.0  # remi: fraction of training crops rearranged for fill in the middle (0: off)
+    # fill in the middle: a rearranged crop's span ends where at most this many tokens follow it, as
+    # short a suffix as generation reads (generation.infill.SUFFIX_TOKENS, 512); None: any span of the crop
+    fim_suffix_tokens: Optional[int] = None
     # draw the crop that reaches a piece's end with probability crop_len / its length, so that endings
     # (and the end token) are trained as often as middles (data.crops.CropDataset); False: once per bar start
     end_crops: bool = False
@@ -83,7 +86,9 @@ class DataConfig:
         if self.state_passing and (self.fim_rate > 0 or self.max_bars is not None or self.end_crops):
             raise ValueError("data.state_passing reads whole songs in order: it cannot be combined with "
                              "data.fim_rate, data.max_bars or data.end_crops")
-        for name in ("max_bars", "max_pieces"):
+        if self.fim_suffix_tokens is not None and self.fim_rate == 0:
+            raise ValueError("data.fim_suffix_tokens shapes fill-in-the-middle crops: it needs data.fim_rate > 0")
+        for name in ("max_bars", "max_pieces", "fim_suffix_tokens"):
             if getattr(self, name) is not None:
                 _at_least(f"data.{name}", getattr(self, name), 1)
 

@@ -87,6 +87,20 @@ def test_fim_crop_keeps_the_length_and_loses_only_the_suffix_tail(fim, song):
         assert restore_order(r.tolist(), *marker_ids(fim)) == crop[:-MARKERS_PER_CROP].tolist()
 
 
+def test_fim_crop_can_read_a_suffix_as_short_as_generation_reads(fim, song):
+    crop = np.asarray(song[fim.bar_starts(song)[1]:][:400], dtype=np.int64)
+    rng = np.random.default_rng(4)
+    hole, fill, _ = marker_ids(fim)
+    suffixes = []
+    for _ in range(30):
+        r = fim_crop(fim, crop, rng, suffix_tokens=150).tolist()
+        assert len(r) == len(crop) and restore_order(r, *marker_ids(fim)) == crop[:-MARKERS_PER_CROP].tolist()
+        suffixes.append(r.index(fill) - r.index(hole) - 1)
+    assert max(suffixes) <= 150 and len(set(suffixes)) > 1
+    free = [fim_crop(fim, crop, np.random.default_rng(seed)).tolist() for seed in range(30)]
+    assert max(r.index(fill) - r.index(hole) - 1 for r in free) > 150  # without the cap, longer suffixes
+
+
 def test_crops_with_fim_never_score_the_two_placed_markers(fim, song):
     data = CropDataset([np.asarray(song)], fim, crop_len=128, transpose=0, fim_rate=1.0, samples_per_piece=8)
     hole, fill, end = marker_ids(fim)
