@@ -13,7 +13,11 @@ For each held-out song of the corpus (its test split) with at least 2 * MARGIN +
   bar notes and not to end early: ``generation.infill.BarsWithNotes``);
 * the share of the notes outside the span that the output keeps (onset, pitch, duration, velocity:
   100% is expected), the span's bars that have notes, and the quality metrics of the span
-  (``evaluation.quality_metrics``) against the real bars it replaces.
+  (``evaluation.quality_metrics``) against the real bars it replaces;
+* the join into the bar after the span: the chord of the span's last bar and of the next bar (the
+  tokenizer's own recogniser, ``evaluation.chords``), as a move (root interval, families); ``join``
+  is how common that move is among the bar-to-bar moves of the real held-out songs (its share of
+  them), ``join_as_real`` whether it is the real song's own move there.
 
 Writes infill.csv (per song and source) and infill.md (the tables), and prints the tables. One
 torch.Generator seeded once drives the draws; the positional noise of each forward pass is seeded too.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -31,7 +36,9 @@ import torch
 from tqdm.auto import tqdm
 
 from data import load_corpus
+from evaluation.chords import real_progressions, recognised_chords
 from evaluation.quality import measure
+from generation.chords import family
 from generation.infill import SUFFIX_TOKENS, BarsWithNotes, InfillJob
 from generation.pieces import bar_stop, keep_bars, strip_eos
 from generation.sampling import SamplingConfig, generate
@@ -82,6 +89,22 @@ def bar_metrics(tokenizer, bars_ids: list[int], bars: int) -> dict[str, float]:
             "bars_with_notes": with_notes / bars}
 
 
+def move(a, b) -> tuple:
+    """A bar-to-bar chord move: (root interval, family of a, family of b); None for no chord."""
+    fa, fb = family(a), family(b)
+    interval = None if fa is None or fb is None else (fb[0] - fa[0]) % 12
+    return interval, fa and fa[1], fb and fb[1]
+
+
+def real_moves(tokenizer, songs: list[list[int]]) -> Counter:
+    """How often each bar-to-bar chord move occurs in the songs (their chord tokens)."""
+    moves = Counter()
+    for song in songs:
+        chords = real_progressions(tokenizer, song)
+        moves.update(move(a, b) for a, b in zip(chords, chords[1:]))
+    return moves
+
+
 def split_bars(tokenizer, ids: list[int]) -> list[list[int]]:
     starts = tokenizer.bar_starts(ids) + [len(ids)]
     return [ids[a:b] for a, b in zip(starts, starts[1:])]
@@ -117,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     songs = [(name, ids) for name, ids in songs if len(tokenizer.bar_starts(ids)) >= 2 * MARGIN + args.bars]
     if not songs:
         parser.error(f"no test song of {args.corpus} has {2 * MARGIN + args.bars} bars")
+    moves = real_moves(tokenizer, [ids for _, ids in songs])
     for index, (name, song) in enumerate(tqdm(songs[:args.songs], desc="songs", unit="song")):
         bars = len(tokenizer.bar_starts(song))
         first = int(rng.integers(MARGIN, bars - MARGIN - args.bars + 1))
@@ -137,9 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                              steer=BarsWithNotes(plain.tokenizer, start, args.bars))
         continued = keep_bars(tokenizer, continued, start, args.bars).tokens[start:]
         span = (first, first + args.bars)
+        real_join = None
         for source, ids in (("real", middle), ("fim", job.middle(filled)), ("plain", continued)):
+            last, after = recognised_chords(tokenizer, job.parts.prefix + ids + job.parts.suffix, span[1] - 1, 2)
+            join = move(last, after)
+            real_join = join if source == "real" else real_join
             row = {"song": name, "source": source, "first_bar": first + 1, **nll,
-                   **bar_metrics(tokenizer, ids, args.bars)}
+                   **bar_metrics(tokenizer, ids, args.bars),
+                   "join": moves[join] / max(1, sum(moves.values())), "join_as_real": float(join == real_join)}
             if source == "fim":
                 row["notes_kept"] = notes_kept(tokenizer, song, filled.tokens, span)
             rows.append(row)
@@ -179,7 +208,7 @@ def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
              f"{np.mean([r['bars_with_notes'] for r in fim]):.1%} (FIM infill).", "",
              "The span's bars (mean ± std over songs):", "",
              "| metric | real bars | FIM infill | plain model, left only |", "|---|---:|---:|---:|"]
-    for metric in METRICS + ("bars_with_notes",):
+    for metric in METRICS + ("bars_with_notes", "join", "join_as_real"):
         cells = [stat([r[metric] for r in rows if r["source"] == s and metric in r]) for s in SOURCES]
         lines.append(f"| {metric} | " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"

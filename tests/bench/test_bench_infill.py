@@ -42,6 +42,13 @@ def test_the_table_and_rows_of_one_song(one_song_corpus, tmp_path):
         assert float(row["nll_both_sides"]) > 0 and float(row["nll_left_only"]) > 0
     table = (out / "infill.md").read_text()
     assert "Notes kept outside the span: 100.0%" in table and "| tokens_per_bar |" in table
+    real = next(row for row in rows if row["source"] == "real")
+    assert float(real["join_as_real"]) == 1.0 and 0 <= float(real["join"]) <= 1 and "| join |" in table
+
+
+def test_a_chord_move_is_its_root_interval_and_families():
+    assert infill.move((7, "7"), (0, "M")) == (5, "major", "major")
+    assert infill.move((9, "m"), None) == (None, "minor", None)
 
 
 def test_a_corpus_without_long_enough_songs_is_refused(one_song_corpus, tmp_path):
