@@ -284,10 +284,12 @@ def run(args: argparse.Namespace) -> None:
         results = [keep_bars(tokenizer, result, bars_from, args.bars) for result in results]
     audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)
     sections = [(p.first, p.label) for p in phrases] if phrases is not None else []
-    own = own_file(tokenizer, args.prompt, args.render, 0 if job is None else job.tail)
+    tail = 0 if job is None else job.tail  # an infill's bars after the range are the user's
+    own = own_file(tokenizer, args.prompt, args.render, tail)
     with AtomicOutputs() as outputs:  # every sample's files appear together, or none
         for path, result in zip(sample_paths(out, len(results)), results):
-            placed = write_piece(tokenizer, result, path, audio=audio, sections=sections, outputs=outputs, own=own)
+            placed = write_piece(tokenizer, result, path, audio=audio, sections=sections, outputs=outputs, own=own,
+                                 tail=tail)
             if placed is not None:
                 logger.info("%s: %s with beats %.2f-%.2f generated (%d notes in place of %d of its own; every "
                             "other note, track and tempo kept)", path.name, own.path.name, *placed.span,

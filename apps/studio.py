@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from apps.cli import OneLineParser, run_app, threads_argument
 from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, StudioError, StudioSession, View,
-                                 model_choices, page_request, public_message, whole_number)
+                                 model_choices, page_request, public_message, sampling_defaults, whole_number)
 from generation.own_file import RENDERS
 from model import DEVICE_NAMES, resolve_device
 from tokenization import MIDI_SUFFIXES
@@ -170,8 +170,10 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                 with gr.Row():
                     length = gr.Number(value=4, precision=0, label="Length", elem_id="length")
                     unit = gr.Radio(list(UNITS), value="bars", label="Unit", elem_id="unit")
-                temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.05, label="Temperature")
-                top_p = gr.Slider(0.05, 1.0, value=0.9, step=0.01, label="Top-p")
+                start_temperature, start_top_p = sampling_defaults(choices[0] if choices else None, runs)
+                temperature = gr.Slider(0.1, 2.0, value=start_temperature, step=0.05, elem_id="temperature",
+                                        label="Temperature (the model's own to start with)")
+                top_p = gr.Slider(0.05, 1.0, value=start_top_p, step=0.01, label="Top-p", elem_id="top_p")
                 with gr.Row():
                     seed = gr.Number(value=0, precision=0, label="Seed")
                     samples = gr.Slider(1, MAX_SAMPLES, value=1, step=1, label="Samples", elem_id="samples")
@@ -204,6 +206,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
         generate.click(on_generate, [state, model, prompt, prompt_bars, length, unit, temperature, top_p,
                                      seed, samples, whole, chords, form, render], outputs)
         extend.click(on_continue, [state, length, unit], outputs)
+        model.change(lambda choice: sampling_defaults(choice, runs), [model], [temperature, top_p])
         undo.click(studio.undo, [state], outputs)
         sample.input(studio.show, [state, sample], outputs[2:])
     return app

@@ -36,7 +36,9 @@ from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, track_
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
 from tokenization.form import form_bars
-from training.checkpoint import PRETRAINED, list_checkpoints, load_model, shipped_default, shipped_models
+from training.checkpoint import (PRETRAINED, list_checkpoints, load_model, read_meta, shipped_default,
+                                 shipped_models)
+from training.config import GenerateConfig
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +80,8 @@ class Request:
     form: str = ""  # a form ("i4 A8 B8 A8 B8 o4", or "auto"; generation.form); then length = its bars
     length: int = 4  # how much to generate, in `unit`
     unit: str = "bars"  # "bars" or "tokens"
-    temperature: float = 1.0  # softmax temperature
-    top_p: float = 0.9  # nucleus mass
+    temperature: float | None = None  # softmax temperature (None: the model's own, as generate.py samples)
+    top_p: float | None = None  # nucleus mass (None: the model's own)
     seed: int = 0  # drives the positional noise and the draws
     num_samples: int = 1  # samples decoded as one batch
     audio: bool = True  # render .wav / .ogg
@@ -123,8 +125,9 @@ def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: A
     the HTTP API sends what it likes); a StudioError names the field of a value that is not a number
     of its kind."""
     return Request(model=model, prompt=prompt, prompt_bars=whole_number(prompt_bars, "prompt bars", 1),
-                   length=whole_number(length, "length", 0), unit=unit, temperature=finite_number(temperature, "temperature"),
-                   top_p=finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0),
+                   length=whole_number(length, "length", 0), unit=unit,
+                   temperature=None if temperature in (None, "") else finite_number(temperature, "temperature"),
+                   top_p=None if top_p in (None, "") else finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0),
                    num_samples=whole_number(samples, "samples", 1), whole_prompt=bool(whole),
                    chords=str(chords or ""), form=str(form or ""), render=str(render or "file"))
 
@@ -176,6 +179,26 @@ def model_choices(search: list[Path]) -> list[str]:
         elif root.is_dir():
             choices += [str(run) for run in sorted(root.iterdir()) if run.is_dir() and list_checkpoints(run)]
     return list(dict.fromkeys(choices))
+
+
+def _sampling(ckpt: Any, request: Request) -> SamplingConfig:
+    """The model's sampling defaults (as generate.py uses them), with the request's top-p and temperature."""
+    try:
+        return SamplingConfig.from_defaults(ckpt.config.generate, top_p=request.top_p, temperature=request.temperature)
+    except ValueError as error:
+        raise StudioError(str(error)) from None
+
+
+def sampling_defaults(choice: str | None, runs: Sequence[Path] = ()) -> tuple[float, float]:
+    """(temperature, top-p) the chosen model samples with by default, read from its checkpoint without
+    loading it (the page's sliders start there); the config's defaults when it cannot be read (the
+    page then reports the model's error on Generate)."""
+    fallback = GenerateConfig()
+    try:
+        generate = read_meta(model_path(choice, runs))["config"].get("generate", {})
+        return float(generate.get("temperature", fallback.temperature)), float(generate.get("top_p", fallback.top_p))
+    except (StudioError, ValueError, TypeError, KeyError):
+        return fallback.temperature, fallback.top_p
 
 
 def _own_file(tokenizer: BaseTokenizer, prompt: Path | None, render: str, tail: int = 0) -> OwnFile | None:
@@ -241,11 +264,7 @@ class StudioSession:
             _check_settings(length, unit, request.num_samples)
         prompt_file = check_upload(request.prompt)
         ckpt = self._load(request.model)
-        try:  # the model's own nucleus scope; top-p and temperature from the request
-            sampling = SamplingConfig(top_p=float(request.top_p), temperature=float(request.temperature),
-                                      nucleus=ckpt.config.generate.nucleus)
-        except ValueError as error:
-            raise StudioError(str(error)) from None
+        sampling = _sampling(ckpt, request)
         tokenizer = ckpt.tokenizer
         reference = None
         if prompt_file is None:
@@ -295,8 +314,7 @@ class StudioSession:
         ids, _ = self._prompt(tokenizer, prompt_file, None)
         try:
             job = InfillJob.of(tokenizer, ids, span)
-            sampling = SamplingConfig(top_p=float(request.top_p), temperature=float(request.temperature),
-                                      nucleus=ckpt.config.generate.nucleus)
+            sampling = _sampling(ckpt, request)
             budget = self._budget(job.bars, "bars")
             decoder = Decoder(ckpt.model, tokenizer, job.prompt, int(request.num_samples), sampling,
                               seeded_generator(check_seed(request.seed), self.device),
@@ -424,7 +442,8 @@ class StudioSession:
 
     def _write(self, result: GenerationResult, out: Path, audio: AudioConfig | None, at_eos: bool
                ) -> SampleFiles:
-        write_piece(self.ckpt.tokenizer, result, out, audio=audio, own=self.own)
+        tail = 0 if self.infill_job is None else self.infill_job.tail
+        write_piece(self.ckpt.tokenizer, result, out, audio=audio, own=self.own, tail=tail)
         wav, ogg = out.with_suffix(".wav"), out.with_suffix(".ogg")  # absent when the piece is too long to render
         return SampleFiles(midi=out, tokens=out.with_suffix(".txt"), pianoroll=out.with_suffix(".png"),
                            wav=wav if audio and wav.exists() else None, ogg=ogg if audio and ogg.exists() else None,

@@ -91,9 +91,8 @@ class Placed:
 def place(tokenizer: BaseTokenizer, result: GenerationResult, own: OwnFile) -> Placed:
     """The user's file with the bars `result` generated after its prompt (see the module docstring)."""
     end = len(result.tokens) - own.tail
-    prompt, generated = result.tokens[:result.prompt_len], result.tokens[:end]
-    notes = new_notes(tokenizer.decode(prompt), tokenizer.decode(generated))
-    start, stop = next_bar_beat(tokenizer, prompt), next_bar_beat(tokenizer, generated)
+    notes = new_notes(tokenizer.decode(result.tokens[:result.prompt_len]), tokenizer.decode(result.tokens[:end]))
+    start, stop = generated_bars(tokenizer, result, own.tail)
     midi = mido.MidiFile(own.path, clip=True)
     per_beat = midi.ticks_per_beat
 
@@ -127,6 +126,13 @@ def place(tokenizer: BaseTokenizer, result: GenerationResult, own: OwnFile) -> P
     first = min([start] + [n.start for n in notes])  # a continuation may add notes to the prompt's last bar
     span = (own.origin + first, own.origin + max(stop, start))
     return Placed(out, span, len(added), sum(removed.values()), target)
+
+
+def generated_bars(tokenizer: BaseTokenizer, result: GenerationResult, tail: int = 0) -> tuple[float, float]:
+    """The generated bars [start, stop) in the decoded piece's beats: from the first bar line after the
+    prompt to the bar line after the last generated token (the last `tail` tokens are the user's)."""
+    end = len(result.tokens) - tail
+    return next_bar_beat(tokenizer, result.tokens[:result.prompt_len]), next_bar_beat(tokenizer, result.tokens[:end])
 
 
 def around(start: int, end: int, taken: list[tuple[int, int]]) -> tuple[int, int] | None:

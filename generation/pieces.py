@@ -12,7 +12,7 @@ import muspy
 
 from generation.audio import AudioConfig, AudioTooLong, render_files
 from generation.outputs import AtomicOutputs
-from generation.own_file import OwnFile, Placed, place
+from generation.own_file import OwnFile, Placed, generated_bars, place
 from generation.pianoroll import Music, roll_notes, save_pianoroll
 from generation.sampling import GenerationResult
 from tokenization import BaseTokenizer, load_midi
@@ -152,16 +152,17 @@ def piece_paths(out: Path, audio: bool) -> list[Path]:
 
 def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, audio: AudioConfig | None = None,
                 sections: Sequence[tuple[int, str]] = (), outputs: AtomicOutputs | None = None,
-                own: OwnFile | None = None) -> Placed | None:
+                own: OwnFile | None = None, tail: int = 0) -> Placed | None:
     """Write out (.mid), .txt, .png and, unless audio is None, .wav and .ogg; all or none of them
     (with `outputs`, they appear with every other output of that AtomicOutputs). `sections`: (first
     bar, label) of a form's phrases, marked on the piano roll. With `own`, the MIDI file is the user's
     file with the generated bars in it (generation.own_file), and the piano roll and audio are made
-    from it; returns what was placed there. A piece too long to render keeps its MIDI, tokens and piano
-    roll, without audio (a warning says so)."""
+    from it; returns what was placed there. `tail`: the result's last tokens that are the user's own
+    bars (an infill's suffix): the piano roll then shades the rewritten bars, both ends marked. A piece
+    too long to render keeps its MIDI, tokens and piano roll, without audio (a warning says so)."""
     if outputs is None:
         with AtomicOutputs() as own_outputs:
-            return write_piece(tokenizer, result, out, audio, sections, own_outputs, own)
+            return write_piece(tokenizer, result, out, audio, sections, own_outputs, own, tail)
     report = tokenizer.decode_with_report(result.tokens)
     if report.skipped:
         logger.warning("%d invalid events were skipped while decoding", report.skipped)
@@ -169,20 +170,24 @@ def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, a
     title = (f"{out.stem}: {len(result.generated)} tokens after a {result.prompt_len}-token prompt"
              + (" (EOS)" if result.stopped_at_eos else ""))
     beats = bar_times(tokenizer, result.tokens, [bar for bar, _ in sections])
-    placed, music, shift, prompt_end = None, report.music, 0.0, None
+    placed, music, shift, prompt_end, generated = None, report.music, 0.0, None, None
     if own is None:
         write_midi(report.music, midi_path)
-        prompt_end = max((n.end for n in roll_notes(tokenizer.decode(result.tokens[:result.prompt_len]))), default=None)
+        if tail:
+            generated = generated_bars(tokenizer, result, tail)
+        else:
+            prompt_end = max((n.end for n in roll_notes(tokenizer.decode(result.tokens[:result.prompt_len]))),
+                             default=None)
     else:
         placed = place(tokenizer, result, own)
         placed.midi.save(midi_path)
-        music, shift = load_midi(midi_path), own.origin
+        music, shift, generated = load_midi(midi_path), own.origin, placed.span
         title = f"{out.stem}: {own.path.name} with {placed.added} generated notes" + (" (EOS)" if result.stopped_at_eos else "")
     text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
     outputs.temp(out.with_suffix(".txt")).write_text(text)
     save_pianoroll(music, outputs.temp(out.with_suffix(".png")), title, prompt_end,
                    [(beat + shift, label) for beat, (_, label) in zip(beats, sections)],
-                   generated=None if placed is None else placed.span)
+                   generated=generated)
     if audio is not None:
         wav, ogg = outputs.temp(out.with_suffix(".wav")), outputs.temp(out.with_suffix(".ogg"))
         try:

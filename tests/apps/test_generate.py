@@ -176,6 +176,24 @@ def test_infill_rewrites_only_its_bars(remi, chorale_midi, tmp_path):
     assert other_messages(chorale_midi) == other_messages(out)  # tempo, meter, names, programs
 
 
+def test_the_piano_roll_marks_both_ends_of_a_rewritten_span(remi, chorale_midi, tmp_path, monkeypatch):
+    import generation.pieces
+
+    drawn = []
+
+    def draw(music, path, *args, generated=None):
+        drawn.append(generated)
+        Path(path).write_bytes(PNG_MAGIC)
+
+    monkeypatch.setattr(generation.pieces, "save_pianoroll", draw)
+    run = save_tiny(tmp_path / "fim_run", remi.with_infill(), max_len=4096)
+    for render in ("file", "tokens"):
+        out = tmp_path / f"{render}.mid"
+        assert main(["--checkpoint", str(run), "--out", str(out), "--prompt", str(chorale_midi), "--infill-bars",
+                     "2-3", "--tokens", "5000", "--seed", "2", "--no-audio", "--no-progress", "--render", render]) == 0
+    assert drawn == [(4.0, 12.0), (4.0, 12.0)]  # bars 2-3 of 4/4 (file, then tokens): from the first bar line
+
+
 def file_notes(path: Path) -> Counter:
     """(track, channel, onset, offset, pitch, velocity) of every note of a MIDI file."""
     found = Counter()

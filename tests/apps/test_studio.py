@@ -10,11 +10,12 @@ import mido
 import pytest
 
 from generation.audio import AudioConfig, read_wav
-from training.checkpoint import shipped_default, shipped_models
+from training.checkpoint import load_model, shipped_default, shipped_models
 from generation.own_file import absolute
 from generation.pieces import count_bars
 from apps.studio_session import (MAX_UPLOAD_BYTES, SHIPPED, SHIPPED_SUFFIX, Request, StudioError, StudioSession,
-                                 check_upload, model_choices, model_path, page_request, public_message)
+                                 check_upload, model_choices, model_path, page_request, public_message,
+                                 sampling_defaults)
 from groove import GrooveTokenizer
 from cli_helpers import band_midi, exit_status, save_tiny
 
@@ -285,11 +286,26 @@ def test_page_values_are_checked_by_field():
     request = page_request(SHIPPED, None, 2.0, "8", "tokens", "0.9", 0.95, 12.0, 1)
     assert (request.prompt_bars, request.length, request.seed, request.temperature) == (2, 8, 12, 0.9)
     for args, field in [((1, 8, 1.0, 0.9, float("nan"), 1), "seed"), ((1, 8, 1.0, 0.9, 1.5, 1), "seed"),
-                        ((1, 8, "inf", 0.9, 0, 1), "temperature"), ((1, 8, 1.0, None, 0, 1), "top-p"),
+                        ((1, 8, "inf", 0.9, 0, 1), "temperature"), ((1, 8, 1.0, "wide", 0, 1), "top-p"),
                         ((1, float("inf"), 1.0, 0.9, 0, 1), "length"), ((1, 8, 1.0, 0.9, 0, "two"), "samples")]:
         bars, length, temperature, top_p, seed, samples = args
         with pytest.raises(StudioError, match=field):
             page_request(SHIPPED, None, bars, length, "tokens", temperature, top_p, seed, samples)
+    unset = page_request(SHIPPED, None, 1, 8, "tokens", None, "", 0, 1)  # the model's own, as generate.py
+    assert unset.temperature is None and unset.top_p is None
+
+
+def test_the_page_starts_from_the_models_own_sampling_defaults(tmp_path):
+    from remi import REMITokenizer
+    from training.config import GenerateConfig
+
+    run = save_tiny(tmp_path / "runs" / "tiny", REMITokenizer())
+    ckpt_config = load_model(run).config.generate
+    assert sampling_defaults(str(run), [run]) == (ckpt_config.temperature, ckpt_config.top_p)
+    assert sampling_defaults("no such model", [run]) == (GenerateConfig().temperature, GenerateConfig().top_p)
+    session = StudioSession(tmp_path / "work", runs=[run])
+    session.generate(Request(model=str(run), length=3, unit="tokens", audio=False))
+    assert session.decoder.sampling.temperature == ckpt_config.temperature
 
 
 def test_model_choices_list_runs(tmp_path):
