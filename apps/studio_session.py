@@ -32,7 +32,7 @@ from generation.chords import ChordSteer, parse_progression
 from generation.form import RESTATE, form_and_chords, form_steer
 from generation.infill import INFILL_MODEL, InfillIncomplete, InfillJob, has_infill, parse_bar_range
 from generation.own_file import OwnFile, own_file
-from generation.pieces import bar_stop, first_bars, piece_ids, start_ids, track_report, write_piece
+from generation.pieces import bar_stop, opening_bars, piece_ids, start_ids, track_report, write_piece
 from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
 from tokenization import BaseTokenizer, format_of
 from tokenization.form import form_bars
@@ -380,7 +380,10 @@ class StudioSession:
             self.tracks = track_report(tokenizer, path)
         except (ValueError, OSError) as error:  # TokenizationError is a ValueError
             raise StudioError(f"cannot read {path.name} as a prompt: {error}") from None
-        prompt = ids if bars is None else first_bars(tokenizer, ids, bars) or ids
+        try:  # the same rule and message as generate.py's --prompt-bars
+            prompt = opening_bars(tokenizer, ids, bars, path.name)
+        except ValueError as error:
+            raise StudioError(str(error)) from None
         if len(prompt) > MAX_PROMPT_TOKENS:
             raise StudioError(f"{path.name} makes a prompt of {len(prompt):,} tokens; the studio reads at most "
                               f"{MAX_PROMPT_TOKENS:,} (keep fewer bars, or use generate.py for long songs)")

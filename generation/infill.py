@@ -90,7 +90,7 @@ class InfillJob:
         if span[1] > have:
             raise ValueError(f"--infill-bars {span[0]}-{span[1]}: the song has {have} bars")
         parts = arrange(tokenizer, ids, span[0] - 1, span[1] - span[0] + 1)
-        suffix = parts.suffix if suffix_tokens is None else first_bars(tokenizer, parts.suffix, suffix_tokens)
+        suffix = parts.suffix if suffix_tokens is None else bars_within(tokenizer, parts.suffix, suffix_tokens)
         read = Arrangement(prefix=parts.prefix, middle=parts.middle, suffix=suffix)
         return cls(tokenizer, parts, span[0], span[1] - span[0] + 1, read)
 
@@ -126,7 +126,7 @@ class InfillJob:
         return len(self.parts.suffix) + 1
 
 
-def first_bars(tokenizer: BaseTokenizer, ids: list[int], tokens: int) -> list[int]:
+def bars_within(tokenizer: BaseTokenizer, ids: list[int], tokens: int) -> list[int]:
     """The whole bars that open `ids` within `tokens` tokens (at least the first bar)."""
     ends = tokenizer.bar_starts(ids)[1:] + [len(ids)]  # where each bar ends
     fitting = [end for end in ends if end <= tokens]

@@ -132,7 +132,7 @@ def generated_bars(tokenizer: BaseTokenizer, result: GenerationResult, tail: int
     """The generated bars [start, stop) in the decoded piece's beats: from the first bar line after the
     prompt to the bar line after the last generated token (the last `tail` tokens are the user's)."""
     end = len(result.tokens) - tail
-    return next_bar_beat(tokenizer, result.tokens[:result.prompt_len]), next_bar_beat(tokenizer, result.tokens[:end])
+    return next_bar_time(tokenizer, result.tokens[:result.prompt_len]), next_bar_time(tokenizer, result.tokens[:end])
 
 
 def around(start: int, end: int, taken: list[tuple[int, int]]) -> tuple[int, int] | None:
@@ -159,7 +159,7 @@ def new_notes(before: Any, after: Any) -> list:
     return fresh
 
 
-def next_bar_beat(tokenizer: BaseTokenizer, ids: Sequence[int]) -> float:
+def next_bar_time(tokenizer: BaseTokenizer, ids: Sequence[int]) -> float:
     """Where (in the decoded piece's beats) the first bar after `ids` begins."""
     state = tokenizer.constraint_state()
     for token in ids:

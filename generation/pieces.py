@@ -12,7 +12,7 @@ import muspy
 
 from generation.audio import AudioConfig, AudioTooLong, render_files
 from generation.outputs import AtomicOutputs
-from generation.own_file import OwnFile, Placed, generated_bars, place
+from generation.own_file import OwnFile, Placed, generated_bars, next_bar_time, place
 from generation.pianoroll import Music, roll_notes, save_pianoroll
 from generation.sampling import GenerationResult
 from tokenization import BaseTokenizer, load_midi
@@ -69,27 +69,25 @@ def first_bars(tokenizer: BaseTokenizer, ids: Sequence[int], bars: int) -> list[
     return list(ids[:starts[bars]]) if len(starts) > bars else None
 
 
-def next_bar_time(tokenizer: BaseTokenizer, prompt: Sequence[int]) -> float:
-    """Where (in beats) the first bar after `prompt` begins, read from the grammar state."""
-    state = tokenizer.constraint_state()
-    for token in prompt:
-        state.advance(token)
-    return state.next_bar_time()
-
-
 def prompt_ids(tokenizer: BaseTokenizer, path: str | Path, bars: int | None) -> list[int]:
     """The ids of the first `bars` bars of a MIDI file (all of it when `bars` is None: a whole song to
     continue after its end); TokenizationError on a bad file, ValueError when it has fewer bars."""
-    ids = piece_ids(tokenizer, path)
+    prompt = opening_bars(tokenizer, piece_ids(tokenizer, path), bars, Path(path).name)
+    if not prompt:
+        raise ValueError(f"{path}: the prompt has no tokens")
+    return prompt
+
+
+def opening_bars(tokenizer: BaseTokenizer, ids: list[int], bars: int | None, name: str) -> list[int]:
+    """The first `bars` bars of a piece's ids (all of them for None, or when it has exactly `bars`);
+    ValueError naming the piece when it has fewer."""
     prompt = ids if bars is None else first_bars(tokenizer, ids, bars)
     if prompt is None:
         have = len(tokenizer.bar_starts(ids))
         if have < bars:
-            raise ValueError(f"the prompt {Path(path).name} has {have} bars, fewer than the {bars} asked "
+            raise ValueError(f"the prompt {name} has {have} bars, fewer than the {bars} asked "
                              "for ('all' continues after its end)")
         prompt = ids
-    if not prompt:
-        raise ValueError(f"{path}: the prompt has no tokens")
     return prompt
 
 

@@ -101,6 +101,8 @@ def test_a_whole_uploaded_song_is_continued_after_its_end(tmp_path, chorale_midi
     view = session.generate(page_request(str(run), str(chorale_midi), 2, 6, "tokens", 1.0, 0.9, 0, 1, True,
                                          render="tokens"))
     assert len(mido.MidiFile(view.samples[0].midi).tracks) < len(theirs.tracks)  # the decoded tokens: one piano track
+    with pytest.raises(StudioError, match=r"the prompt .* has \d+ bars, fewer than the 40 asked"):  # as generate.py says
+        session.generate(page_request(str(run), str(chorale_midi), 40, 6, "tokens", 1.0, 0.9, 0, 1))
     with pytest.raises(StudioError, match="render must be one of file, tokens"):
         session.generate(page_request(str(run), str(chorale_midi), 2, 6, "tokens", 1.0, 0.9, 0, 1, render="wav"))
 
