@@ -24,12 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
                       threads_argument)
-from generation.sampling import NUCLEUS_SCOPES, SamplingConfig
+from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, hold_notes
 from model import resolve_device
 from training.checkpoint import load_model, run_dir_of
 from tokenization import BaseTokenizer, format_of
@@ -82,10 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     groove.add_argument("--temperature", type=finite_float, default=0.6,
                         help="softmax temperature (default: %(default)s)")
     groove.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus mass (default: %(default)s)")
-    groove.add_argument("--full-length", action="store_true",
-                        help="forbid the End token: every continuation runs to --tokens (default: it may end)")
+    groove.add_argument("--full-length", action=argparse.BooleanOptionalAction, default=None,
+                        help="forbid the End token: every continuation runs to --tokens; --no-full-length lets "
+                             "it end (default: the model's, as generate.py)")
     groove.add_argument("--hold-bars", type=int, default=None,
-                        help="sampling closes any note held this many bars (default: no limit)")
+                        help="sampling closes any note held this many bars, 0 for no limit (default: the "
+                             "model's, as generate.py)")
 
     pe = command("pe", "translation invariance and monotonicity of the attention per head")
     pe.add_argument("--length", type=int, default=256,
@@ -249,9 +252,9 @@ def run_nll(args: argparse.Namespace) -> None:
 def run_groove(args: argparse.Namespace) -> None:
     from evaluation.groove import (GrooveOptions, band_pieces, evaluate_groove, real_continuation_rows,
                                    write_groove_outputs)
-    from groove.roles import TICKS_PER_BAR
-
     set_threads(args.threads)
+    if args.hold_bars is not None and args.hold_bars < 0:
+        raise ValueError(f"--hold-bars must be >= 0, got {args.hold_bars}")
     models = load_models(args, token_format="groove")
     skipped = []
     if args.real is not None:
@@ -267,14 +270,15 @@ def run_groove(args: argparse.Namespace) -> None:
     else:
         pieces, names = held_out_pieces(args, models[0][1])
     options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed,
-                            full_length=args.full_length,
+                            full_length=bool(args.full_length),
                             sampling=SamplingConfig(top_p=args.top_p, temperature=args.temperature),
                             progress=not args.no_progress)
     rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options)  # the ceiling, first
-    for label, ckpt in models:
-        if args.hold_bars is not None:
-            ckpt.tokenizer.hold_limit = args.hold_bars * TICKS_PER_BAR
-        rows += evaluate_groove(label, ckpt, pieces, names, options)
+    for label, ckpt in models:  # each model samples with its own defaults unless the options say otherwise
+        defaults = ckpt.config.generate
+        hold_notes(ckpt.tokenizer, defaults.hold_bars if args.hold_bars is None else args.hold_bars)
+        full = not defaults.end if args.full_length is None else args.full_length
+        rows += evaluate_groove(label, ckpt, pieces, names, replace(options, full_length=full))
     print(write_groove_outputs(rows, Path(args.out), skipped), end="")
 
 

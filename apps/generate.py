@@ -29,9 +29,9 @@ from generation.form import RESTATE, form_and_chords, form_budget, form_steer
 from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
 from generation.pieces import (bar_stop, bars_budget, keep_bars, piece_ids, piece_paths, prompt_ids, start_ids,
                                track_report, write_piece)
-from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, generate_batch, seeded_generator, without_end
+from generation.sampling import (NUCLEUS_SCOPES, SamplingConfig, generate_batch, hold_notes, seeded_generator,
+                                 without_end)
 from model import resolve_device
-from groove.roles import TICKS_PER_BAR
 from tokenization import MIDI_SUFFIXES, format_of
 from tokenization.form import form_bars, form_text
 from training.checkpoint import load_model
@@ -84,10 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="softmax temperature (default: config)")
     parser.add_argument("--seed", type=seed_value, default=None, help="random seed (default: config)")
     parser.add_argument("--no-constraints", action="store_true", help="do not mask ungrammatical tokens")
-    parser.add_argument("--no-end", action="store_true",
-                        help="never let the model end the piece: write to --tokens (or --bars)")
+    parser.add_argument("--end", action=argparse.BooleanOptionalAction, default=None,
+                        help="--end lets the model end the piece before --tokens (or --bars), --no-end never does "
+                             "(default: the model's; the shipped groove model writes all it is asked)")
     parser.add_argument("--hold-bars", type=int, default=None,
-                        help="groove models: close any note held this many bars (default: no limit)")
+                        help="groove models: close any note held this many bars, 0 for no limit (default: the "
+                             "model's)")
     parser.add_argument("--num-samples", type=int, default=1,
                         help="samples drawn in one batched decoding (default: %(default)s)")
     parser.add_argument("--render", choices=RENDERS, default="file",
@@ -167,7 +169,7 @@ def infill_span(args: argparse.Namespace) -> tuple[int, int] | None:
         raise ValueError("--infill-bars writes exactly its range's bars; drop --bars")
     if args.no_constraints:
         raise ValueError("--infill-bars needs the grammar-constrained sampler: drop --no-constraints")
-    if args.no_end:
+    if args.end is False:
         raise ValueError("--infill-bars ends where its range does: drop --no-end")
     return span
 
@@ -198,10 +200,10 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.suffix.lower() not in MIDI_SUFFIXES:
         raise ValueError(f"--out must name a .mid file, got {out}")
-    for name in ("tokens", "bars", "num_samples", "hold_bars"):
+    for name, least in (("tokens", 1), ("bars", 1), ("num_samples", 1), ("hold_bars", 0)):
         value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if value is not None and value < least:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
     if args.prompt is not None and not Path(args.prompt).is_file():
         raise ValueError(f"prompt file not found: {args.prompt}")
     if args.soundfont is not None and not args.no_audio:
@@ -225,12 +227,12 @@ def run(args: argparse.Namespace) -> None:
                          f"--checkpoint {INFILL_MODEL}, or fine-tune one with data.fim_rate)")
     if spans is not None:
         chords = place_annotation(spans, args.chords_midi or args.prompt, tokenizer)
-    if args.hold_bars is not None:
-        if format_of(tokenizer) != "groove":
-            raise ValueError(f"--hold-bars applies to groove models; this one uses {type(tokenizer).__name__}")
-        if args.no_constraints:
-            raise ValueError("--hold-bars needs the grammar-constrained sampler: drop --no-constraints")
-        tokenizer.hold_limit = args.hold_bars * TICKS_PER_BAR
+    if args.hold_bars and format_of(tokenizer) != "groove":
+        raise ValueError(f"--hold-bars applies to groove models; this one uses {type(tokenizer).__name__}")
+    if args.hold_bars and args.no_constraints:
+        raise ValueError("--hold-bars needs the grammar-constrained sampler: drop --no-constraints")
+    hold_notes(tokenizer, None if args.no_constraints else defaults.hold_bars if args.hold_bars is None
+               else args.hold_bars)
     sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus,
                                             constrained=not args.no_constraints)
     budget = defaults.tokens if args.tokens is None else args.tokens
@@ -264,9 +266,9 @@ def run(args: argparse.Namespace) -> None:
         logger.info("form %s: %d bars", form_text(phrases), args.bars)
     if job is not None:
         steer = job.steer()
-    if args.no_end:
-        if args.no_constraints:
-            raise ValueError("--no-end needs the grammar-constrained sampler: drop --no-constraints")
+    if args.end is False and args.no_constraints:
+        raise ValueError("--no-end needs the grammar-constrained sampler: drop --no-constraints")
+    if not (defaults.end if args.end is None else args.end) and not args.no_constraints:
         steer = without_end(tokenizer.eos_id, steer)
     if chords is not None and args.bars is None:
         args.bars = len(chords)

@@ -33,7 +33,8 @@ from generation.form import RESTATE, form_and_chords, form_steer
 from generation.infill import INFILL_MODEL, InfillIncomplete, InfillJob, has_infill, parse_bar_range
 from generation.own_file import OwnFile, own_file
 from generation.pieces import bar_stop, opening_bars, piece_ids, start_ids, track_report, write_piece
-from generation.sampling import Decoder, GenerationResult, SamplingConfig, check_seed, seeded_generator
+from generation.sampling import (Decoder, GenerationResult, SamplingConfig, check_seed, hold_notes, seeded_generator,
+                                 without_end)
 from tokenization import BaseTokenizer, format_of
 from tokenization.form import form_bars
 from training.checkpoint import (PRETRAINED, list_checkpoints, load_model, read_meta, shipped_default,
@@ -284,6 +285,9 @@ class StudioSession:
                                       f"nothing is left to write")
                 _check_settings(length, unit, request.num_samples)
                 budget = self._budget(length, unit)
+            if not ckpt.config.generate.end:  # the model's own policy, as generate.py applies it
+                steer = without_end(tokenizer.eos_id, steer)
+            hold_notes(tokenizer, ckpt.config.generate.hold_bars)
             decoder = Decoder(ckpt.model, tokenizer, prompt, int(request.num_samples), sampling, generator,
                               capacity=len(prompt) + budget, steer=steer)
         except ValueError as error:

@@ -29,10 +29,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from groove.roles import TICKS_PER_BAR
 from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
-from tokenization import BaseTokenizer, ConstraintState
+from tokenization import BaseTokenizer, ConstraintState, format_of
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,16 @@ def without_end(eos: int, steer: Steer | None = None) -> Steer:
         return allowed
 
     return no_end
+
+
+def hold_notes(tokenizer: BaseTokenizer, bars: int | None) -> None:
+    """Sampling policy: close any note held `bars` bars (None or 0: no limit). Only the groove format
+    holds notes across bars by itself; asking it of another is a ValueError."""
+    if format_of(tokenizer) != "groove":
+        if bars:
+            raise ValueError(f"a hold limit applies to groove models; this one uses {type(tokenizer).__name__}")
+        return
+    tokenizer.hold_limit = bars * TICKS_PER_BAR if bars else None
 
 
 class GrammarDeadEnd(RuntimeError):

@@ -24,16 +24,17 @@ def exit_status(main, args) -> int:
 
 
 def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", max_len: int = 256, tokens: int = 40,
-              data: dict | None = None, always: str | None = None) -> Path:
+              data: dict | None = None, always: str | None = None, generate: dict | None = None) -> Path:
     """A random-weight 2-layer model saved as a checkpoint of run_dir; returns run_dir.
 
-    always: a token the model then predicts with certainty, whatever the input.
+    always: a token the model then predicts with certainty, whatever the input; generate: more
+    sampling defaults of the model (its `generate` config section).
     """
     model = {"n_layer": 2, "n_head": 2, "d_model": 16, "d_ff": 32, "dropout": 0.0, "pe": pe,
              "num_realizations": 8, "num_sines": 2, "kernel_size": 8, "feature_dims": 16,
              "attention": "torch", "max_len": max_len}
     config = RunConfig.from_dict({"model": model, "data": data or {"crop_len": 32},
-                                  "generate": {"tokens": tokens}})
+                                  "generate": {"tokens": tokens, **(generate or {})}})
     torch.manual_seed(0)
     network = MusicPerformer(config.model_config(tokenizer.vocab_size))
     if always is not None:

@@ -166,9 +166,13 @@ class GenerateConfig:
     nucleus: str = "token"  # top_p cut over the whole vocabulary ("token") or within each token type ("type")
     prompt_bars: int = 0  # bars of a held-out piece used as the prompt (0: start from scratch)
     seed: int = 0  # seed of the sampling (0 .. 2**64 - 1, torch.Generator's range)
+    end: bool = True  # the model may end a piece (End token) before the budget; False: it writes all it is asked
+    hold_bars: Optional[int] = None  # groove formats: sampling closes any note held this many bars (None: no limit)
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)
+        if self.hold_bars is not None:
+            _at_least("generate.hold_bars", self.hold_bars, 1)
         _at_least("generate.prompt_bars", self.prompt_bars, 0)
         if not 0.0 < self.top_p <= 1.0 or not 0.0 < self.temperature < math.inf:
             raise ValueError(f"generate.top_p must be in (0, 1] and generate.temperature finite and > 0, "

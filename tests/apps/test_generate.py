@@ -267,14 +267,17 @@ def test_no_end_writes_to_the_token_budget(tmp_path, monkeypatch):
         return pick
 
     monkeypatch.setattr(generation.sampling, "sample_next", eager_to_end)
-    run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
-    for flag in ([], ["--no-end"]):
-        out = tmp_path / f"end{len(flag)}.mid"
+    groove = {"format": "groove", "kind": "trio"}
+    may_end = save_tiny(tmp_path / "may_end", GrooveTokenizer(), data=groove)
+    runs_on = save_tiny(tmp_path / "runs_on", GrooveTokenizer(), data=groove, generate={"end": False})
+    for run, flag, ends in ((may_end, [], True), (may_end, ["--no-end"], False),  # the model's default, or not
+                            (runs_on, [], False), (runs_on, ["--end"], True)):
+        out = tmp_path / f"{run.name}{len(flag)}.mid"
         assert main(["--checkpoint", str(run), "--out", str(out), "--tokens", "30", "--no-audio",
                      "--no-progress"] + flag) == 0
         tokens = read_tokens(out.with_suffix(".txt"))
-        assert ("End_None" in tokens) != bool(flag)
-        assert len(tokens) == (31 if flag else 2)  # Start + 30 new tokens; or Start, End
+        assert ("End_None" in tokens) == ends
+        assert len(tokens) == (2 if ends else 31)  # Start, End; or Start + 30 new tokens
 
 
 def test_hold_bars_sets_the_sampling_grammars_hold_limit(tmp_path, monkeypatch):
@@ -290,12 +293,14 @@ def test_hold_bars_sets_the_sampling_grammars_hold_limit(tmp_path, monkeypatch):
             limits.append(hold_limit)
 
     monkeypatch.setattr(groove.tokenizer, "GrooveConstraintState", Recording)
-    run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
-    for hold in ([], ["--hold-bars", "3"]):
+    groove = {"format": "groove", "kind": "trio"}
+    free = save_tiny(tmp_path / "free", GrooveTokenizer(), data=groove)
+    held = save_tiny(tmp_path / "held", GrooveTokenizer(), data=groove, generate={"hold_bars": 2})
+    for run, hold, bars in ((free, [], None), (free, ["--hold-bars", "3"], 3), (held, [], 2), (held, ["--hold-bars", "0"], None)):
         limits.clear()
         assert main(["--checkpoint", str(run), "--out", str(tmp_path / "held.mid"), "--tokens", "40",
                      "--no-audio", "--no-progress"] + hold) == 0
-        assert limits and limits[0] == (3 * TICKS_PER_BAR if hold else None)  # the sampler's grammar
+        assert limits and limits[0] == (None if bars is None else bars * TICKS_PER_BAR)  # the sampler's grammar
 
 
 def test_the_shipped_groove_model_continues_a_band_prompt_with_audio(tmp_path):
@@ -357,7 +362,7 @@ def test_num_samples_decodes_a_batch(remi_run, remi, tmp_path):
                                   "prompt_bars_beyond_song", "annotation_without_midi", "chords_midi_alone",
                                   "bad_chord_label", "infill_without_prompt", "infill_with_prompt_bars",
                                   "infill_beyond_song", "infill_of_a_plain_model", "bad_infill_range",
-                                  "infill_with_chords", "hold_of_remi", "zero_hold_bars",
+                                  "infill_with_chords", "hold_of_remi", "negative_hold_bars",
                                   "no_end_unconstrained", "form_bad_letter", "form_no_length",
                                   "form_too_long_for_tokens", "form_of_groove", "form_with_infill",
                                   "form_with_bars", "restate_without_form", "form_chords_unknown_label",
@@ -407,8 +412,8 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
         args += ["--chords", "C G", "--no-constraints"]
     elif case == "no_end_unconstrained":
         args += ["--no-end", "--no-constraints"]
-    elif case in ("hold_of_remi", "zero_hold_bars"):
-        args += ["--hold-bars", "2" if case == "hold_of_remi" else "0"]
+    elif case in ("hold_of_remi", "negative_hold_bars"):
+        args += ["--hold-bars", "2" if case == "hold_of_remi" else "-1"]
     elif case == "chords_twice":
         args += ["--chords", "C G", "--chords-file", str(tmp_path / "x.txt")]
     elif case == "missing_chords_file":
@@ -460,7 +465,7 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
                 "infill_with_prompt_bars": "drop --prompt-bars", "infill_beyond_song": "the song has",
                 "infill_of_a_plain_model": "fill-in-the-middle model", "bad_infill_range": "bar range",
                 "infill_with_chords": "does not follow chords", "hold_of_remi": "applies to groove models",
-                "zero_hold_bars": "--hold-bars must be >= 1", "no_end_unconstrained": "--no-constraints",
+                "negative_hold_bars": "--hold-bars must be >= 0", "no_end_unconstrained": "--no-constraints",
                 "form_bad_letter": "unknown label 'Q'", "form_no_length": "no length in bars",
                 "form_too_long_for_tokens": "cannot hold them", "form_of_groove": "pop piano",
                 "form_with_infill": "drop --infill-bars", "form_with_bars": "drop --bars",

@@ -197,6 +197,17 @@ def test_groove_continuation_shows_style_similarity(tmp_path):
     assert len(more.similarity) == 4
 
 
+def test_a_model_that_writes_all_it_is_asked_runs_on_in_the_studio(tmp_path):
+    """generate.end = False (the shipped groove model's default) applies in the studio as in generate.py."""
+    groove = {"format": "groove", "kind": "trio"}
+    for end, expected in ((True, 1), (False, 30)):
+        run = save_tiny(tmp_path / f"end_{end}", GrooveTokenizer(), data=groove, always="End_None",
+                        generate={"end": end})
+        session = StudioSession(tmp_path / f"work_{end}", runs=[run])
+        view = session.generate(Request(model=str(run), length=30, unit="tokens", audio=False))
+        assert view.samples[0].new_tokens == expected and view.samples[0].at_eos == end
+
+
 def test_the_shipped_groove_model_continues_an_uploaded_band_song(tmp_path):
     if "groove" not in shipped_models():
         pytest.skip("no shipped groove model")
