@@ -273,13 +273,14 @@ def run_groove(args: argparse.Namespace) -> None:
                             full_length=bool(args.full_length),
                             sampling=SamplingConfig(top_p=args.top_p, temperature=args.temperature),
                             progress=not args.no_progress)
-    rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options)  # the ceiling, first
+    continued = []  # each continuation's length and held notes, the songs' own first
+    rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options, continued=continued)  # the ceiling
     for label, ckpt in models:  # each model samples with its own defaults unless the options say otherwise
         defaults = ckpt.config.generate
         hold_notes(ckpt.tokenizer, defaults.hold_bars if args.hold_bars is None else args.hold_bars)
         full = not defaults.end if args.full_length is None else args.full_length
-        rows += evaluate_groove(label, ckpt, pieces, names, replace(options, full_length=full))
-    print(write_groove_outputs(rows, Path(args.out), skipped), end="")
+        rows += evaluate_groove(label, ckpt, pieces, names, replace(options, full_length=full), continued)
+    print(write_groove_outputs(rows, Path(args.out), skipped, continued), end="")
 
 
 def run_pe(args: argparse.Namespace) -> None:

@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
+from generation.own_file import new_notes
 from generation.pieces import first_bars, next_bar_time
 from generation.sampling import SamplingConfig, generate, without_end
 from groove.roles import TRACKS, piece_from_midi
@@ -42,6 +43,22 @@ class SimilarityRow:
 
 
 @dataclass
+class Continued:
+    """What one continuation did besides its style: its length and its held notes."""
+
+    model: str  # label of the checkpoint (or REAL_LABEL)
+    piece: str  # name of the held-out piece that gave the prompt
+    new_tokens: int  # tokens after the prompt
+    asked: int  # tokens asked after the prompt
+    ended: bool  # it ended (End token) before the length asked
+    notes: int  # notes that start after the prompt
+    long_notes: int  # of them, those held longer than LONG_BARS bars (drones)
+
+
+LONG_BARS = 2  # a note held longer than this many 4/4 bars counts as a drone
+
+
+@dataclass
 class GrooveOptions:
     tokens: int = 1024  # length of each piece: prompt + continuation, in tokens
     prompt_bars: int = 2  # bars of the held-out piece that prompt the continuation
@@ -52,8 +69,9 @@ class GrooveOptions:
 
 
 def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: Sequence[str],
-                    options: GrooveOptions) -> list[SimilarityRow]:
-    """Similarity rows of one model over the held-out pieces (pieces too short are skipped)."""
+                    options: GrooveOptions, continued: list[Continued] | None = None) -> list[SimilarityRow]:
+    """Similarity rows of one model over the held-out pieces (pieces too short are skipped); with
+    `continued`, each continuation's length and held notes are appended to it."""
     tokenizer, model = ckpt.tokenizer, ckpt.model
     generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
     steer = without_end(tokenizer.eos_id) if options.full_length else None
@@ -62,19 +80,21 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
         return generate(model, tokenizer, prompt, options.tokens - len(prompt), options.sampling, generator,
                         steer=steer).tokens
 
-    return _similarity_rows(label, tokenizer, pieces, names, options, continue_prompt)
+    return _similarity_rows(label, tokenizer, pieces, names, options, continue_prompt, continued)
 
 
 def real_continuation_rows(tokenizer: BaseTokenizer, pieces: Sequence[np.ndarray], names: Sequence[str],
-                           options: GrooveOptions, label: str = REAL_LABEL) -> list[SimilarityRow]:
+                           options: GrooveOptions, label: str = REAL_LABEL,
+                           continued: list[Continued] | None = None) -> list[SimilarityRow]:
     """The rows that each piece's own continuation (its next tokens after the prompt) scores: the ceiling a
     model's continuations are read against, since a quarter is never the whole piece."""
-    return _similarity_rows(label, tokenizer, pieces, names, options, lambda prompt, ids: ids[:options.tokens])
+    return _similarity_rows(label, tokenizer, pieces, names, options, lambda prompt, ids: ids[:options.tokens],
+                            continued)
 
 
 def _similarity_rows(label: str, tokenizer: BaseTokenizer, pieces: Sequence[np.ndarray], names: Sequence[str],
-                     options: GrooveOptions, continue_prompt: Callable[[list[int], list[int]], list[int]]
-                     ) -> list[SimilarityRow]:
+                     options: GrooveOptions, continue_prompt: Callable[[list[int], list[int]], list[int]],
+                     continued: list[Continued] | None = None) -> list[SimilarityRow]:
     """Rows of `continue_prompt(prompt, ids) -> tokens` over the pieces with more than the prompt's bars."""
     rows = []
     for piece, name in tqdm(list(zip(pieces, names)), desc=f"continuing ({label})", unit="piece",
@@ -86,6 +106,8 @@ def _similarity_rows(label: str, tokenizer: BaseTokenizer, pieces: Sequence[np.n
                         options.tokens)
             continue
         tokens = continue_prompt(prompt, ids)
+        if continued is not None:
+            continued.append(continuation_of(label, name, tokenizer, tokens, len(prompt), options.tokens))
         for metric, values in score_continuation(tokenizer, tokens, len(prompt), ids).items():
             rows += [SimilarityRow(label, name, metric, q + 1, float(v)) for q, v in enumerate(values)]
     if not rows:
@@ -154,6 +176,28 @@ def quarter_stats(rows: Sequence[SimilarityRow]) -> list[tuple[str, str, int, fl
     return stats
 
 
+def continuation_of(label: str, name: str, tokenizer: BaseTokenizer, tokens: list[int], prompt_len: int,
+                    total: int) -> Continued:
+    """The length and held notes of one continuation (`tokens`: the prompt's, then the new ones)."""
+    notes = new_notes(tokenizer.decode(tokens[:prompt_len]), tokenizer.decode(tokens))
+    long_notes = sum(n.end - n.start > 4 * LONG_BARS for n in notes)  # beats of 4/4 bars
+    ended = bool(tokens) and tokens[-1] == tokenizer.eos_id and len(tokens) < total
+    return Continued(label, name, len(tokens) - prompt_len, total - prompt_len, ended, len(notes), long_notes)
+
+
+def continued_markdown(continued: Sequence[Continued]) -> str:
+    """Per model: the continuations that reached the length asked, and the share of drones."""
+    lines = [f"| model | pieces | reached the length asked | ended early | notes held over {LONG_BARS} bars |",
+             "|---|---:|---:|---:|---:|"]
+    for model in dict.fromkeys(c.model for c in continued):
+        mine = [c for c in continued if c.model == model]
+        reached = sum(c.new_tokens >= c.asked for c in mine)
+        notes, long_notes = sum(c.notes for c in mine), sum(c.long_notes for c in mine)
+        lines.append(f"| {model} | {len(mine)} | {reached} ({reached / len(mine):.0%}) | {sum(c.ended for c in mine)} "
+                     f"| {long_notes} of {notes} ({long_notes / max(1, notes):.1%}) |")
+    return "\n".join(lines) + "\n"
+
+
 def summary_markdown(rows: Sequence[SimilarityRow], skipped: Sequence[Skipped] = ()) -> str:
     """Mean (and standard deviation) similarity per model, metric and quarter; the files skipped."""
     lines = ["| model | metric | quarter 1 | quarter 2 | quarter 3 | quarter 4 | pieces |",
@@ -168,10 +212,14 @@ def summary_markdown(rows: Sequence[SimilarityRow], skipped: Sequence[Skipped] =
     return "\n".join(lines) + "\n"
 
 
-def write_groove_outputs(rows: Sequence[SimilarityRow], out_dir: Path, skipped: Sequence[Skipped] = ()) -> str:
+def write_groove_outputs(rows: Sequence[SimilarityRow], out_dir: Path, skipped: Sequence[Skipped] = (),
+                         continued: Sequence[Continued] = ()) -> str:
     """groove_similarity.csv (per piece), groove.csv (model, metric, quarter, mean, std, pieces), .png
-    and .md (with the skipped files); returns the markdown summary."""
+    and .md (with the lengths and drones of `continued`, and the skipped files); returns the markdown
+    summary."""
     table = summary_markdown(rows, skipped)
+    if continued:
+        table += "\n" + continued_markdown(continued)
     with AtomicOutputs() as outputs:
         with outputs.temp(out_dir / "groove_similarity.csv").open("w", newline="") as handle:
             writer = csv.writer(handle)
