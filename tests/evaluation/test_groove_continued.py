@@ -25,4 +25,4 @@ def test_a_drone_and_an_early_end_are_counted(tmp_path):
     ended = continuation_of("m", "band", tokenizer, prompt + [tokenizer.eos_id], len(prompt), len(prompt) + 40)
     assert ended == Continued("m", "band", 1, 40, True, 0, 0)
     table = continued_markdown([whole, ended])
-    assert "| real | 1 | 1 (100%) | 0 | 1 of 73 (1.4%) |" in table and "| m | 1 | 0 (0%) | 1 | 0 of 0 (0.0%) |" in table
+    assert "| real | 1 | 1 (100%) | 100% | 1 of 73 (1.4%) |" in table and "| m | 1 | 0 (0%) | 2% | 0 of 0 (0.0%) |" in table
