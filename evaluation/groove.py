@@ -180,7 +180,7 @@ def continuation_of(label: str, name: str, tokenizer: BaseTokenizer, tokens: lis
                     total: int) -> Continued:
     """The length and held notes of one continuation (`tokens`: the prompt's, then the new ones)."""
     notes = new_notes(tokenizer.decode(tokens[:prompt_len]), tokenizer.decode(tokens))
-    long_notes = sum(n.end - n.start > 4 * LONG_BARS for n in notes)  # beats of 4/4 bars
+    long_notes = sum(n.end - n.start > 4 * LONG_BARS + 1e-6 for n in notes)  # beats of 4/4 bars (a held note closed at the bound is not one)
     ended = bool(tokens) and tokens[-1] == tokenizer.eos_id and len(tokens) < total
     return Continued(label, name, len(tokens) - prompt_len, total - prompt_len, ended, len(notes), long_notes)
 
