@@ -20,25 +20,12 @@ signal exits with 128 + its number after the checkpoint (exit statuses: apps/cli
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
-from pathlib import Path
-
-import torch.distributed as dist
 
 from apps.cli import OneLineParser, run_app
-from data.build import prepare_corpus
-from model import resolve_device
-from training import finetune
-from training.checkpoint import list_checkpoints, read_meta
-from training.checkpoint_store import RunLock, clean_stale, newest_complete
-from training.config import RunConfig, apply_overrides, load_config
 from training.distributed import DistEnv
-from training.trainer import Trainer, TrainingDiverged
-
-logger = logging.getLogger(__name__)
-
-DEFAULT_CONFIG = "demo"  # shipped config trained by `python train.py`
+from training.run import DEFAULT_CONFIG, RunRequest, run_training
+from training.trainer import TrainingDiverged
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,61 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     dist_env = DistEnv.from_environment()
     logging.basicConfig(level=logging.INFO if dist_env.rank == 0 else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return run_app("spe-train", lambda: run(args, dist_env), failures=(TrainingDiverged,))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
-def run(args: argparse.Namespace, dist_env: DistEnv) -> int:
-    """Resolve config, corpus and run directory, then train; returns the exit status."""
-    source = finetune.resolve_source(args.init_from) if args.init_from else None
-    config_name = Path(args.config or DEFAULT_CONFIG).stem
-    if source is not None and not args.config:
-        config_name = f"finetune_{source.name}"
-    out = Path(args.out or Path("runs") / config_name)
-    overrides = list(args.overrides)
-    if args.max_steps is not None:
-        overrides.append(f"train.max_steps={args.max_steps}")
-    if dist_env.rank == 0:
-        clean_stale(out)  # what a killed run left: temporary, swapped-out and half-pruned folders
-    resume_from = newest_complete(out) if args.resume else None
-    if resume_from is not None:
-        if args.config or args.init_from:
-            logger.warning("--resume: using the run's saved config and weights, not %s",
-                           args.config or args.init_from)
-        cfg = apply_overrides(RunConfig.from_dict(read_meta(resume_from)["config"], str(resume_from)),
-                              overrides)
-    else:
-        if args.resume:
-            logger.warning("--resume: no checkpoint in %s, starting from scratch", out)
-        elif list_checkpoints(out):
-            raise ValueError(f"{out} already holds a run; pass --resume or choose another --out")
-        cfg = finetune.finetune_config(source, args.config, overrides) if source is not None \
-            else load_config(args.config or DEFAULT_CONFIG, overrides)
-    # one training per run folder: taken once the config is known good, before anything is written
-    with RunLock(out) if dist_env.rank == 0 else contextlib.nullcontext():
-        return train(args, cfg, dist_env, source, out, resume_from)
-
-
-def train(args: argparse.Namespace, cfg: RunConfig, dist_env: DistEnv, source, out: Path,
-          resume_from: Path | None) -> int:
-    """Build the corpus and the trainer, then fresh, resumed or fine-tuned training into `out`."""
-    if resume_from is None and list_checkpoints(out):  # a run that ended while this one started
-        raise ValueError(f"{out} already holds a run; pass --resume or choose another --out")
-    device = resolve_device(cfg.train.device, dist_env.local_rank)
-    if dist_env.world > 1:
-        dist_env.init(device)
-    corpus = prepare_corpus(cfg.data, is_main=dist_env.rank == 0, barrier=dist_env.barrier)
-    trainer = Trainer(cfg, corpus, out, dist_env)
-    if source is not None and resume_from is None:
-        finetune.check_vocabulary(source, trainer.tokenizer)
-    if resume_from is not None:
-        trainer.resume(resume_from)
-    elif source is not None:
-        finetune.init_weights(trainer.model, source, out, write_record=dist_env.rank == 0)
-    return trainer.fit()
+    request = RunRequest(config=args.config, out=args.out, init_from=args.init_from, resume=args.resume,
+                         overrides=tuple(args.overrides), max_steps=args.max_steps)
+    return run_app("spe-train", lambda: run_training(request, dist_env), failures=(TrainingDiverged,))
 
 
 if __name__ == "__main__":

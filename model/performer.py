@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -79,6 +80,19 @@ class MusicPerformer(nn.Module):
         if not (isinstance(self.pe, StochasticPE) and self.cfg.gated):
             return None
         return [f.gate_values() for f in self.pe.filters]
+
+    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups: `weight_decay` on the weight matrices (embedding, linear
+        layers), none on biases, norms or the positional encoding's parameters; frozen parameters left
+        out. Parameters keep their registration order in each group."""
+        positional = {id(parameter) for parameter in self.pe.parameters()}
+        decay, no_decay = [], []
+        for parameter in self.parameters():
+            if parameter.requires_grad:
+                matrix = parameter.dim() >= 2 and id(parameter) not in positional
+                (decay if matrix else no_decay).append(parameter)
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
 
     def num_parameters(self, trainable_only: bool = True) -> int:
         """Number of (trainable) parameters."""

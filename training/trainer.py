@@ -1,6 +1,6 @@
 """The training loop of one process: schedule, batches, optimisation, validation, checkpoints.
 
-    trainer = Trainer(cfg, corpus, Path("runs/demo"), DistEnv.from_environment())
+    trainer = Trainer(cfg, corpus, Path("runs/demo"), DistEnv.from_environment(), torch.device("cpu"))
     trainer.resume(checkpoint)        # optional: continue exactly where a run stopped
     status = trainer.fit()            # 0, or 128 + signal when stopped by SIGINT / SIGTERM
 
@@ -27,7 +27,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
 from data import CropDataset, SongStreams, TokenCorpus, ValidationSet
-from model import IGNORE_INDEX, GenerationState, MusicPerformer, detach_state, resolve_device
+from model import IGNORE_INDEX, GenerationState, MusicPerformer, detach_state
+from tokenization import format_of
 from training.checkpoint import capture_rng, read_meta, restore_rng, restore_training, save_checkpoint
 from training.config import RunConfig
 from training.distributed import DistEnv
@@ -54,14 +55,9 @@ def learning_rate(step: int, cfg: RunConfig) -> float:
     return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
-def make_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay on weight matrices only (not on biases, norms or the SPE parameters)."""
-    decay, no_decay = [], []
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad:
-            (decay if parameter.dim() >= 2 and not name.startswith("pe.") else no_decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": cfg.train.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+def make_optimizer(model: MusicPerformer, cfg: RunConfig) -> torch.optim.AdamW:
+    """AdamW over the model's own parameter groups (weight decay on its weight matrices only)."""
+    groups = model.param_groups(cfg.train.weight_decay)
     return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=cfg.train.betas)
 
 
@@ -114,14 +110,18 @@ def device_label(device: torch.device) -> str:
 class Trainer:
     """One training run (one process of it under torchrun)."""
 
-    def __init__(self, cfg: RunConfig, corpus: TokenCorpus, out: Path, dist_env: DistEnv) -> None:
+    def __init__(self, cfg: RunConfig, corpus: TokenCorpus, out: Path, dist_env: DistEnv,
+                 device: torch.device) -> None:
         self.cfg, self.corpus, self.out, self.dist = cfg, corpus, out, dist_env
         self.is_main = dist_env.rank == 0
-        self.device = resolve_device(cfg.train.device, dist_env.local_rank)
+        self.device = device  # resolved once by the caller from cfg.train.device (training.run)
         if self.device.type == "cpu" and cfg.train.cpu_allocator == "reuse" and reuse_freed_memory():
             logger.info("CPU allocator: freed memory kept for reuse (train.cpu_allocator=reuse)")
         self.bf16 = cfg.train.precision == "bf16" or (cfg.train.precision == "auto"
                                                       and self.device.type == "cuda")
+        if cfg.data.fim_rate > 0 and not hasattr(corpus.tokenizer, "with_infill"):  # REMI's markers
+            raise ValueError(f"data.fim_rate > 0 needs the remi token format (fill-in-the-middle markers); "
+                             f"corpus {cfg.data.root} is in format {format_of(corpus.tokenizer)}")
         self.tokenizer = corpus.tokenizer.with_infill() if cfg.data.fim_rate > 0 else corpus.tokenizer
         train_pieces, valid_pieces = corpus.pieces("train"), corpus.pieces("valid")
         if not train_pieces:

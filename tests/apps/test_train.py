@@ -77,7 +77,7 @@ def test_resume_continues_exactly(tmp_path, corpus_root, monkeypatch):
 
     # Same run, stopped by SIGTERM right after step 4 (mid-epoch, between two checkpoints).
     interrupted = tmp_path / "interrupted"
-    original_step = train.Trainer.train_step
+    original_step = trainer.Trainer.train_step
 
     def step_then_signal(self):
         result = original_step(self)
@@ -85,10 +85,10 @@ def test_resume_continues_exactly(tmp_path, corpus_root, monkeypatch):
             signal.raise_signal(signal.SIGTERM)
         return result
 
-    monkeypatch.setattr(train.Trainer, "train_step", step_then_signal)
+    monkeypatch.setattr(trainer.Trainer, "train_step", step_then_signal)
     assert train.main(["--config", str(config), "--out", str(interrupted)]) == 128 + signal.SIGTERM
     assert [p.name for p in list_checkpoints(interrupted)] == ["step_000003", "step_000004"]
-    monkeypatch.setattr(train.Trainer, "train_step", original_step)
+    monkeypatch.setattr(trainer.Trainer, "train_step", original_step)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
 
     torch.manual_seed(1234)  # the resumed run must not depend on the state of this process
@@ -209,7 +209,7 @@ def _ddp_worker(rank: int, world: int, port: int, config: str, out: str) -> None
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    original_fit = train.Trainer.fit
+    original_fit = trainer.Trainer.fit
 
     def fit_then_dump(self):
         code = original_fit(self)
@@ -217,7 +217,7 @@ def _ddp_worker(rank: int, world: int, port: int, config: str, out: str) -> None
                   os.path.join(out, f"rank{rank}.safetensors"))
         return code
 
-    train.Trainer.fit = fit_then_dump
+    trainer.Trainer.fit = fit_then_dump
     if train.main(["--config", config, "--out", out]) != 0:
         raise RuntimeError(f"rank {rank} failed")
 
@@ -276,7 +276,7 @@ def test_state_passing_trains_and_resumes_on_the_same_segments(tmp_path, corpus_
     saved = load_checkpoint(straight)
     assert saved.config.data.state_passing and saved.model.cfg.memory_heads == 1
     interrupted = tmp_path / "interrupted"
-    original_step = train.Trainer.train_step
+    original_step = trainer.Trainer.train_step
 
     def step_then_signal(self):
         result = original_step(self)
@@ -284,12 +284,12 @@ def test_state_passing_trains_and_resumes_on_the_same_segments(tmp_path, corpus_
             signal.raise_signal(signal.SIGTERM)
         return result
 
-    monkeypatch.setattr(train.Trainer, "train_step", step_then_signal)
+    monkeypatch.setattr(trainer.Trainer, "train_step", step_then_signal)
     assert train.main(["--config", str(config), "--out", str(interrupted)]) == 128 + signal.SIGTERM
-    monkeypatch.setattr(train.Trainer, "train_step", original_step)
+    monkeypatch.setattr(trainer.Trainer, "train_step", original_step)
     replayed = []
-    original_replay = train.Trainer.replay_songs
-    monkeypatch.setattr(train.Trainer, "replay_songs",
+    original_replay = trainer.Trainer.replay_songs
+    monkeypatch.setattr(trainer.Trainer, "replay_songs",
                         lambda self: (replayed.append([self.songs.prefix(i) is not None
                                                        for i in range(self.songs.streams)]),
                                       original_replay(self))[1])

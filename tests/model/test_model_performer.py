@@ -256,3 +256,24 @@ def test_input_errors(make_model, tokens):
         model.feed(tokens[0], state)
     with pytest.raises(ValueError, match="batch_size"):
         model.init_state(0)
+
+
+@pytest.mark.parametrize("pe, overrides", [(pe, {}) for pe in ALL_PE]
+                         + [("sine_spe", {"share_pe": False}), ("conv_spe", {"gated": False})])
+def test_param_groups_decay_weight_matrices_only(make_model, pe, overrides):
+    """The split the trainer used to make by name: decay on parameters of 2 dims or more outside the
+    positional encoding (`pe.`), none on the others; frozen parameters in neither group."""
+    model = make_model(pe, **overrides)
+    model.ln_f.weight.requires_grad_(False)
+    by_name = {"decay": [], "no_decay": []}
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            matrix = parameter.dim() >= 2 and not name.startswith("pe.")
+            by_name["decay" if matrix else "no_decay"].append(parameter)
+    decay, no_decay = model.param_groups(0.1)
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+    assert [id(p) for p in decay["params"]] == [id(p) for p in by_name["decay"]]
+    assert [id(p) for p in no_decay["params"]] == [id(p) for p in by_name["no_decay"]]
+    decayed = {id(p) for p in decay["params"]}
+    assert {id(model.embedding.weight), id(model.head.weight)} <= decayed
+    assert not decayed & {id(p) for p in model.pe.parameters()}
