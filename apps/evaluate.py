@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
                       threads_argument)
-from generation.sampling import NUCLEUS_SCOPES, SamplingConfig, hold_notes
+from generation.sampling import NUCLEUS_SCOPES, SamplingConfig
 from model import resolve_device
 from training.checkpoint import load_model, run_dir_of
 from tokenization import BaseTokenizer, format_of
@@ -277,9 +277,11 @@ def run_groove(args: argparse.Namespace) -> None:
     rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options, continued=continued)  # the ceiling
     for label, ckpt in models:  # each model samples with its own defaults unless the options say otherwise
         defaults = ckpt.config.generate
-        hold_notes(ckpt.tokenizer, defaults.hold_bars if args.hold_bars is None else args.hold_bars)
+        hold = defaults.hold_bars if args.hold_bars is None else args.hold_bars
+        sampling = replace(options.sampling, hold_bars=hold or None)
         full = not defaults.end if args.full_length is None else args.full_length
-        rows += evaluate_groove(label, ckpt, pieces, names, replace(options, full_length=full), continued)
+        rows += evaluate_groove(label, ckpt, pieces, names, replace(options, full_length=full, sampling=sampling),
+                                continued)
     print(write_groove_outputs(rows, Path(args.out), skipped, continued), end="")
 
 

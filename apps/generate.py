@@ -22,18 +22,15 @@ from typing import Sequence
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
                       threads_argument)
 from generation.audio import AudioConfig, load_soundfont
+from generation.form import RESTATE
+from generation.infill import INFILL_MODEL
 from generation.outputs import AtomicOutputs, check_targets
-from generation.own_file import RENDERS, own_file
-from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
-from generation.form import RESTATE, form_and_chords, form_budget, form_steer
-from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
-from generation.pieces import (bar_stop, bars_budget, keep_bars, piece_ids, piece_paths, prompt_ids, start_ids,
-                               track_report, write_piece)
-from generation.sampling import (NUCLEUS_SCOPES, SamplingConfig, generate_batch, hold_notes, seeded_generator,
-                                 without_end)
+from generation.own_file import RENDERS
+from generation.pieces import piece_paths, write_piece
+from generation.request import ALL, PROMPT_BARS, GenerationRequest
+from generation.sampling import NUCLEUS_SCOPES
 from model import resolve_device
-from tokenization import MIDI_SUFFIXES, format_of
-from tokenization.form import form_bars, form_text
+from tokenization import MIDI_SUFFIXES
 from training.checkpoint import load_model
 
 logger = logging.getLogger(__name__)
@@ -109,10 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_app("spe-generate", lambda: run(args))
 
 
-ALL = "all"  # --prompt-bars all: the whole prompt
-PROMPT_BARS = 4  # --prompt-bars when not given
-
-
 def bars_or_all(text: str) -> int | str:
     """argparse type of --prompt-bars: a number of bars >= 1, or 'all'."""
     if text.strip().lower() == ALL:
@@ -126,175 +119,42 @@ def bars_or_all(text: str) -> int | str:
     return bars
 
 
-def progression(args: argparse.Namespace) -> tuple[list | None, list | None]:
-    """The chords of --chords or a symbol --chords-file, or the spans of an annotation --chords-file
-    (placed in bars once the tokenizer is loaded); (None, None) without either. Checked before
-    anything loads."""
-    if args.chords is not None and args.chords_file is not None:
-        raise ValueError("give --chords or --chords-file, not both")
-    if args.chords_midi is not None and args.chords_file is None:
-        raise ValueError("--chords-midi places the chords of --chords-file: give that file too")
-    if args.chords is None and args.chords_file is None:
-        return None, None
-    if args.form is not None and args.chords is not None and ":" in args.chords:
-        return None, None  # chords per label: see form_request
-    if args.no_constraints:
-        raise ValueError("--chords needs the grammar-constrained sampler: drop --no-constraints")
-    if args.chords is not None:
-        return parse_progression(args.chords), None
-    path = Path(args.chords_file)
-    if not path.is_file():
-        raise ValueError(f"chords file not found: {path}")
-    text = path.read_text(errors="replace")
-    if not is_annotation(text):
-        return parse_progression(text), None
-    if args.chords_midi is None and args.prompt is None:
-        raise ValueError(f"{path} is a chord annotation in seconds (start end root:quality): its bars need "
-                         "the song's MIDI tempo map; give --prompt or --chords-midi")
-    return None, parse_annotation(text)
-
-
-def infill_span(args: argparse.Namespace) -> tuple[int, int] | None:
-    """The bar range of --infill-bars (None without it); its conflicts are checked before anything loads."""
-    if args.infill_bars is None:
-        return None
-    span = parse_bar_range(args.infill_bars)
-    if args.prompt is None:
-        raise ValueError("--infill-bars rewrites bars of a song: give it as --prompt")
-    if args.prompt_bars is not None:
-        raise ValueError("--infill-bars keeps the whole --prompt song; drop --prompt-bars")
-    if args.chords is not None or args.chords_file is not None:
-        raise ValueError("--infill-bars does not follow chords; drop --chords / --chords-file")
-    if args.bars is not None:
-        raise ValueError("--infill-bars writes exactly its range's bars; drop --bars")
-    if args.no_constraints:
-        raise ValueError("--infill-bars needs the grammar-constrained sampler: drop --no-constraints")
-    if args.end is False:
-        raise ValueError("--infill-bars ends where its range does: drop --no-end")
-    return span
-
-
-def form_request(args: argparse.Namespace) -> tuple[list | None, list | None]:
-    """The phrases of --form (None without it) and, when --chords gives them per label, the chord of
-    every bar of the form (None otherwise); conflicts are checked before anything loads."""
-    if args.form is None:
-        if args.restate is not None:
-            raise ValueError("--restate applies to --form: give a form")
-        if args.chords is not None and ":" in args.chords:
-            raise ValueError("chords per label (A: ...) need --form")
-        return None, None
-    for flag, given in (("--infill-bars", args.infill_bars), ("--bars", args.bars),
-                        ("--chords-file", args.chords_file)):
-        if given is not None:
-            raise ValueError(f"--form sets the song's bars: drop {flag}")
-    if args.no_constraints:
-        raise ValueError("--form needs the grammar-constrained sampler: drop --no-constraints")
-    if args.restate is not None and not 0.0 <= args.restate <= 1.0:
-        raise ValueError(f"--restate must be in [0, 1], got {args.restate}")
-    if args.prompt_bars == ALL:
-        raise ValueError("--form with --prompt-bars all: give the number of the prompt's bars the form starts with")
-    return form_and_chords(args.form, args.chords, 0 if args.seed is None else args.seed)
+def request_of(args: argparse.Namespace) -> GenerationRequest:
+    """The generation request the command line asks for."""
+    return GenerationRequest(
+        prompt=args.prompt, prompt_bars=args.prompt_bars, infill=args.infill_bars, chords=args.chords,
+        chords_file=args.chords_file, chords_midi=args.chords_midi, form=args.form, restate=args.restate,
+        tokens=args.tokens, bars=args.bars, top_p=args.top_p, temperature=args.temperature, nucleus=args.nucleus,
+        seed=args.seed, constrained=not args.no_constraints, end=args.end, hold_bars=args.hold_bars,
+        num_samples=args.num_samples, render=args.render)
 
 
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if out.suffix.lower() not in MIDI_SUFFIXES:
         raise ValueError(f"--out must name a .mid file, got {out}")
-    for name, least in (("tokens", 1), ("bars", 1), ("num_samples", 1), ("hold_bars", 0)):
-        value = getattr(args, name)
-        if value is not None and value < least:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
-    if args.prompt is not None and not Path(args.prompt).is_file():
-        raise ValueError(f"prompt file not found: {args.prompt}")
+    request = request_of(args)
+    parsed = request.check()
     if args.soundfont is not None and not args.no_audio:
         load_soundfont(Path(args.soundfont))  # a bad one is refused before the generation, not after
     inputs = [Path(p) for p in (args.prompt, args.chords_file, args.chords_midi, args.soundfont) if p]
-    replaced = check_targets([path for sample in sample_paths(out, args.num_samples or 1)
+    replaced = check_targets([path for sample in sample_paths(out, args.num_samples)
                               for path in piece_paths(sample, not args.no_audio)], inputs)
     if replaced:
         logger.warning("replacing %s", ", ".join(str(p) for p in replaced))
-    phrases, form_bar_chords = form_request(args)
-    chords, spans = progression(args)
-    span = infill_span(args)
     set_threads(args.threads)
     device = resolve_device(args.device)
-    ckpt = load_model(infill_checkpoint(args.checkpoint) if span else args.checkpoint, device)
-    defaults = ckpt.config.generate
-    tokenizer = ckpt.tokenizer
-    if span is not None and not has_infill(tokenizer):
-        given = args.checkpoint or "the default model"
-        raise ValueError(f"--infill-bars needs a fill-in-the-middle model; {given} has none (give "
-                         f"--checkpoint {INFILL_MODEL}, or fine-tune one with data.fim_rate)")
-    if spans is not None:
-        chords = place_annotation(spans, args.chords_midi or args.prompt, tokenizer)
-    if args.hold_bars and format_of(tokenizer) != "groove":
-        raise ValueError(f"--hold-bars applies to groove models; this one uses {type(tokenizer).__name__}")
-    if args.hold_bars and args.no_constraints:
-        raise ValueError("--hold-bars needs the grammar-constrained sampler: drop --no-constraints")
-    hold_notes(tokenizer, None if args.no_constraints else defaults.hold_bars if args.hold_bars is None
-               else args.hold_bars)
-    sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus,
-                                            constrained=not args.no_constraints)
-    budget = defaults.tokens if args.tokens is None else args.tokens
-    seed = defaults.seed if args.seed is None else args.seed
-
-    job = None
-    if span is not None:
-        job = InfillJob.of(tokenizer, piece_ids(tokenizer, args.prompt), span)
-        prompt, args.bars = job.prompt, job.bars
-        budget = bars_budget(job.bars, args.tokens, defaults.tokens, f"--infill-bars {args.infill_bars}")
-    elif args.prompt is not None:
-        track_report(tokenizer, args.prompt)  # which track plays which part (a band model's roles)
-        bars = PROMPT_BARS if args.prompt_bars is None else args.prompt_bars
-        prompt = prompt_ids(tokenizer, args.prompt, None if bars == ALL else bars)
-    else:
-        prompt = start_ids(tokenizer)
-    bars_from = len(prompt) if args.prompt is not None else 0
-    if spans is not None and args.chords_midi is None:  # the prompt's own song: follow it after the prompt
-        prompt_bars = len(tokenizer.bar_starts(prompt))
-        if len(chords) <= prompt_bars:
-            raise ValueError(f"the chord annotation has {len(chords)} bars, all within the prompt's "
-                             f"{prompt_bars}: nothing is left to follow")
-        chords = chords[prompt_bars:]
-    steer = None if chords is None else ChordSteer(tokenizer, chords, bars_from)
-    if phrases is not None:  # bars count from the piece's first: the prompt's bars are the form's first
-        steer = form_steer(tokenizer, phrases, form_bar_chords, RESTATE if args.restate is None else args.restate,
-                           seed, steer)
-        budget = form_budget(phrases, len(tokenizer.bar_starts(prompt)) if args.prompt else 0, args.tokens,
-                             defaults.tokens)
-        bars_from, args.bars = 0, form_bars(phrases)
-        logger.info("form %s: %d bars", form_text(phrases), args.bars)
-    if job is not None:
-        steer = job.steer()
-    if args.end is False and args.no_constraints:
-        raise ValueError("--no-end needs the grammar-constrained sampler: drop --no-constraints")
-    if not (defaults.end if args.end is None else args.end) and not args.no_constraints:
-        steer = without_end(tokenizer.eos_id, steer)
-    if chords is not None and args.bars is None:
-        args.bars = len(chords)
-    stop = None if args.bars is None else bar_stop(tokenizer, bars_from, args.bars)
-    logger.info("generating %d sample(s) of up to %d tokens after a %d-token prompt (top_p=%g, "
-                "nucleus over each %s, temperature=%g, %s, seed %d)", args.num_samples, budget, len(prompt), sampling.top_p,
-                sampling.nucleus,
-                sampling.temperature, "constrained" if sampling.constrained else "unconstrained", seed)
-    results = generate_batch(ckpt.model, tokenizer, prompt, budget, args.num_samples, sampling,
-                             generator=seeded_generator(seed, device), progress=not args.no_progress,
-                             stop=stop, steer=steer)
-    if job is not None:
-        results = [job.restore(result) for result in results]
-    elif args.bars is not None:
-        results = [keep_bars(tokenizer, result, bars_from, args.bars) for result in results]
+    ckpt = load_model(request.checkpoint(args.checkpoint), device)
+    plan = request.plan(ckpt, parsed)
+    results = plan.run(ckpt.model, device, progress=not args.no_progress)
     audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)
-    sections = [(p.first, p.label) for p in phrases] if phrases is not None else []
-    tail = 0 if job is None else job.tail  # an infill's bars after the range are the user's
-    own = own_file(tokenizer, args.prompt, args.render, tail)
     with AtomicOutputs() as outputs:  # every sample's files appear together, or none
         for path, result in zip(sample_paths(out, len(results)), results):
-            placed = write_piece(tokenizer, result, path, audio=audio, sections=sections, outputs=outputs, own=own,
-                                 tail=tail)
+            placed = write_piece(plan.tokenizer, result, path, audio=audio, sections=plan.sections, outputs=outputs,
+                                 own=plan.own, tail=plan.tail)
             if placed is not None:
                 logger.info("%s: %s with beats %.2f-%.2f generated (%d notes in place of %d of its own; every "
-                            "other note, track and tempo kept)", path.name, own.path.name, *placed.span,
+                            "other note, track and tempo kept)", path.name, plan.own.path.name, *placed.span,
                             placed.added, placed.removed)
 
 

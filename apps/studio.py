@@ -25,9 +25,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from apps.cli import OneLineParser, run_app, threads_argument
-from apps.studio_session import (MAX_SAMPLES, MAX_UPLOAD_BYTES, UNITS, StudioError, StudioSession, View,
-                                 model_choices, page_request, public_message, sampling_defaults, whole_number)
+from apps.studio_session import (END_CHOICES, MAX_SAMPLES, MAX_UPLOAD_BYTES, MODEL_CHOICE, UNITS, StudioError,
+                                 StudioSession, View, model_choices, page_request, public_message, sampling_defaults,
+                                 whole_number)
+from generation.form import RESTATE
 from generation.own_file import RENDERS
+from generation.sampling import NUCLEUS_SCOPES
 from model import DEVICE_NAMES, resolve_device
 from tokenization import MIDI_SUFFIXES
 
@@ -69,21 +72,22 @@ class Studio:
             state.close()
 
     def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                 whole: bool = False, chords: str = "", form: str = "", render: str = "file",
-                 progress: Any = None) -> list[Any]:
+                 whole: bool = False, chords: str = "", form: str = "", render: str = "file", restate: Any = None,
+                 nucleus: Any = None, end: Any = None, hold_bars: Any = None, progress: Any = None) -> list[Any]:
         session = self.session(state)
         try:
             request = page_request(model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                                   whole, chords, form, render)
+                                   whole, chords, form, render, restate, nucleus, end, hold_bars)
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.generate(request, _progress(progress)))
 
     def infill(self, state, model, prompt, bars, temperature, top_p, seed, samples, render: str = "file",
-               progress: Any = None) -> list[Any]:
+               nucleus: Any = None, progress: Any = None) -> list[Any]:
         session = self.session(state)
         try:
-            request = page_request(model, prompt, 1, 1, "bars", temperature, top_p, seed, samples, render=render)
+            request = page_request(model, prompt, 1, 1, "bars", temperature, top_p, seed, samples, render=render,
+                                   nucleus=nucleus)
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.infill(request, bars, _progress(progress)))
@@ -150,7 +154,7 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
         with gr.Row():
             with gr.Column(scale=1):
                 model = gr.Dropdown(choices=choices, value=choices[0] if choices else None,
-                                    label="Model (shipped, or a run directory under --runs)")
+                                    label="Model (shipped, or a run directory under --runs)", elem_id="model")
                 prompt = gr.File(label=f"MIDI prompt (optional, up to {MAX_UPLOAD_BYTES // 2**20} MiB)",
                                  file_types=list(MIDI_SUFFIXES), type="filepath", height=110, elem_id="prompt")
                 prompt_bars = gr.Slider(1, 32, value=4, step=1, label="Prompt bars kept", elem_id="prompt_bars")
@@ -175,7 +179,17 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                                         label="Temperature (the model's own to start with)")
                 top_p = gr.Slider(0.05, 1.0, value=start_top_p, step=0.01, label="Top-p", elem_id="top_p")
                 with gr.Row():
-                    seed = gr.Number(value=0, precision=0, label="Seed")
+                    nucleus = gr.Radio([MODEL_CHOICE, *NUCLEUS_SCOPES], value=MODEL_CHOICE, elem_id="nucleus",
+                                       label="Top-p cut over the whole vocabulary or within each token type")
+                    end = gr.Radio(list(END_CHOICES), value=MODEL_CHOICE, elem_id="end",
+                                   label="End: the model's policy, may end early, or write all that is asked")
+                with gr.Row():
+                    restate = gr.Slider(0.0, 1.0, value=RESTATE, step=0.05, elem_id="restate",
+                                        label="Form: share of a returning phrase's 2-bar units restated")
+                    hold_bars = gr.Textbox(value="", placeholder="the model's", elem_id="hold_bars",
+                                           label="Band models: close notes held this many bars (0: no limit)")
+                with gr.Row():
+                    seed = gr.Number(value=0, precision=0, label="Seed", elem_id="seed")
                     samples = gr.Slider(1, MAX_SAMPLES, value=1, step=1, label="Samples", elem_id="samples")
                 with gr.Row():
                     generate = gr.Button("Generate", variant="primary", elem_id="generate")
@@ -184,27 +198,29 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                     infill = gr.Button("Infill", elem_id="infill")
             with gr.Column(scale=2):
                 status = gr.Markdown("Choose a model and press Generate.", elem_id="status")
-                sample = gr.Radio(["1"], value="1", label="Sample")
+                sample = gr.Radio(["1"], value="1", label="Sample", elem_id="sample")
                 roll = gr.Image(type="filepath", label="Piano roll", interactive=False, height=330)
                 audio = gr.Audio(type="filepath", label="Audio", interactive=False, elem_id="audio")
                 downloads = gr.File(file_count="multiple", label="Downloads (MIDI, WAV, OGG, tokens)",
-                                    interactive=False, height=170)
+                                    interactive=False, height=170, elem_id="downloads")
                 similarity = gr.Dataframe(headers=SIMILARITY_HEADERS, visible=False, interactive=False,
                                           label="Style similarity of the continuation's quarters to the prompt piece")
         outputs = [state, status, sample, roll, audio, downloads, similarity]
 
-        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, progress=gr.Progress()):
-            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, progress)
+        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, rs, nu, e, h, progress=gr.Progress()):
+            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, rs, nu, e, h, progress)
 
         def on_continue(st, n, u, progress=gr.Progress()):
             return studio.continue_(st, n, u, progress)
 
-        def on_infill(st, m, p, b, t, tp, s, k, r, progress=gr.Progress()):
-            return studio.infill(st, m, p, b, t, tp, s, k, r, progress)
+        def on_infill(st, m, p, b, t, tp, s, k, r, nu, progress=gr.Progress()):
+            return studio.infill(st, m, p, b, t, tp, s, k, r, nu, progress)
 
-        infill.click(on_infill, [state, model, prompt, infill_bars, temperature, top_p, seed, samples, render], outputs)
+        infill.click(on_infill, [state, model, prompt, infill_bars, temperature, top_p, seed, samples, render,
+                                 nucleus], outputs)
         generate.click(on_generate, [state, model, prompt, prompt_bars, length, unit, temperature, top_p,
-                                     seed, samples, whole, chords, form, render], outputs)
+                                     seed, samples, whole, chords, form, render, restate, nucleus, end, hold_bars],
+                       outputs)
         extend.click(on_continue, [state, length, unit], outputs)
         model.change(lambda choice: sampling_defaults(choice, runs), [model], [temperature, top_p])
         undo.click(studio.undo, [state], outputs)

@@ -28,17 +28,12 @@ from typing import Any, Callable, Sequence
 import torch
 
 from generation.audio import AudioConfig
-from generation.chords import ChordSteer, parse_progression
-from generation.form import RESTATE, form_and_chords, form_steer
-from generation.infill import INFILL_MODEL, InfillIncomplete, InfillJob, has_infill, parse_bar_range
-from generation.own_file import OwnFile, own_file
-from generation.pieces import bar_stop, opening_bars, piece_ids, start_ids, track_report, write_piece
-from generation.sampling import (Decoder, GenerationResult, SamplingConfig, check_seed, hold_notes, seeded_generator,
-                                 without_end)
-from tokenization import BaseTokenizer, format_of
-from tokenization.form import form_bars
-from training.checkpoint import (PRETRAINED, list_checkpoints, load_model, read_meta, shipped_default,
-                                 shipped_models)
+from generation.infill import InfillIncomplete
+from generation.pieces import bar_stop, keep_bars, write_piece
+from generation.request import ALL, GenerationRequest, Limits, Plan
+from generation.sampling import Decoder, GenerationResult
+from tokenization import format_of
+from training.checkpoint import PRETRAINED, list_checkpoints, load_model, read_meta, shipped_default, shipped_models
 from training.config import GenerateConfig
 
 logger = logging.getLogger(__name__)
@@ -50,8 +45,10 @@ MAX_SAMPLES = 4  # samples drawn at once
 MAX_TOKENS = 4096  # tokens one generate / continue may add per sample
 MAX_BARS = 64  # bars one generate / continue may add
 MAX_PROMPT_TOKENS = 16384  # a longer prompt (about 150 bars of piano) would hold the only worker for minutes
-TOKENS_PER_BAR = 256  # token budget per requested bar (a dense piano bar takes ~50-200 REMI tokens)
+TOKENS_PER_BAR = 256  # token budget per bar of a continuation (a dense piano bar takes ~50-200 REMI tokens)
 UNITS = ("bars", "tokens")
+LIMITS = Limits(tokens=MAX_TOKENS, bars=MAX_BARS, samples=MAX_SAMPLES, prompt_tokens=MAX_PROMPT_TOKENS,
+                prompt_bytes=MAX_UPLOAD_BYTES)  # what one request may ask of the studio
 UNKNOWN_MODEL = "unknown model: choose one of the models in the list"
 
 Progress = Callable[[float, str], None]  # (fraction done, description)
@@ -87,6 +84,25 @@ class Request:
     num_samples: int = 1  # samples decoded as one batch
     audio: bool = True  # render .wav / .ogg
     render: str = "file"  # with a prompt: "file" writes the uploaded file with only the new bars changed, "tokens" the decoded tokens
+    restate: float | None = None  # with a form: probability that a returning unit restates its first (None: default)
+    nucleus: str | None = None  # top-p cut over the vocabulary ("token") or within each type ("type"); None: the model's
+    end: bool | None = None  # may the model end the piece early (None: the model's own policy)
+    hold_bars: int | None = None  # groove models: close any note held this many bars, 0: no limit (None: the model's)
+
+    def generation(self, infill: str | None = None) -> GenerationRequest:
+        """The generation request of these settings (`infill`: the bars to rewrite, for Infill). With
+        chords or a form the length is theirs, so the length box is not part of the request."""
+        if self.unit not in UNITS:
+            raise StudioError(f"length unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
+        sized = not (self.chords.strip() or self.form.strip() or infill)
+        return GenerationRequest(
+            prompt=self.prompt, prompt_bars=None if infill else ALL if self.whole_prompt else self.prompt_bars,
+            infill=infill, chords=self.chords.strip() or None, form=self.form.strip() or None,
+            restate=self.restate if self.form.strip() else None,  # the page's slider speaks to a form only
+            tokens=self.length if sized and self.unit == "tokens" else None,
+            bars=self.length if sized and self.unit == "bars" else None, top_p=self.top_p,
+            temperature=self.temperature, nucleus=self.nucleus, seed=self.seed, end=self.end,
+            hold_bars=self.hold_bars, num_samples=self.num_samples, render=self.render)
 
 
 @dataclass
@@ -121,16 +137,31 @@ class Step:
 
 def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: Any, temperature: Any,
                  top_p: Any, seed: Any, samples: Any, whole: Any = False, chords: Any = "", form: Any = "",
-                 render: Any = "file") -> Request:
+                 render: Any = "file", restate: Any = None, nucleus: Any = None, end: Any = None,
+                 hold_bars: Any = None) -> Request:
     """A Request from the page's raw values (numbers arrive as int, float, text or None: a client of
     the HTTP API sends what it likes); a StudioError names the field of a value that is not a number
-    of its kind."""
+    of its kind. `end`: "model" (or None), "may end" or "write all"."""
+    if end not in END_CHOICES and end is not None:
+        raise StudioError(f"end must be one of {', '.join(END_CHOICES)}, got {end!r}")
     return Request(model=model, prompt=prompt, prompt_bars=whole_number(prompt_bars, "prompt bars", 1),
-                   length=whole_number(length, "length", 0), unit=unit,
-                   temperature=None if temperature in (None, "") else finite_number(temperature, "temperature"),
-                   top_p=None if top_p in (None, "") else finite_number(top_p, "top-p"), seed=whole_number(seed, "seed", 0),
+                   length=whole_number(length, "length", 0), unit=str(unit or "bars"),
+                   temperature=optional(temperature, lambda v: finite_number(v, "temperature")),
+                   top_p=optional(top_p, lambda v: finite_number(v, "top-p")), seed=whole_number(seed, "seed", 0),
                    num_samples=whole_number(samples, "samples", 1), whole_prompt=bool(whole),
-                   chords=str(chords or ""), form=str(form or ""), render=str(render or "file"))
+                   chords=str(chords or ""), form=str(form or ""), render=str(render or "file"),
+                   restate=optional(restate, lambda v: finite_number(v, "restate")),
+                   nucleus=None if nucleus in (None, "", MODEL_CHOICE) else str(nucleus),
+                   end=END_CHOICES.get(end), hold_bars=optional(hold_bars, lambda v: whole_number(v, "hold bars", 0)))
+
+
+MODEL_CHOICE = "model"  # a choice of the page meaning: the model's own default
+END_CHOICES = {MODEL_CHOICE: None, "may end": True, "write all": False}  # the page's end choices
+
+
+def optional(value: Any, read: Callable[[Any], Any]) -> Any:
+    """None for an empty field, else `read(value)`."""
+    return None if value is None or value == "" else read(value)
 
 
 def whole_number(value: Any, name: str, default: int) -> int:
@@ -182,14 +213,6 @@ def model_choices(search: list[Path]) -> list[str]:
     return list(dict.fromkeys(choices))
 
 
-def _sampling(ckpt: Any, request: Request) -> SamplingConfig:
-    """The model's sampling defaults (as generate.py uses them), with the request's top-p and temperature."""
-    try:
-        return SamplingConfig.from_defaults(ckpt.config.generate, top_p=request.top_p, temperature=request.temperature)
-    except ValueError as error:
-        raise StudioError(str(error)) from None
-
-
 def sampling_defaults(choice: str | None, runs: Sequence[Path] = ()) -> tuple[float, float]:
     """(temperature, top-p) the chosen model samples with by default, read from its checkpoint without
     loading it (the page's sliders start there); the config's defaults when it cannot be read (the
@@ -200,32 +223,6 @@ def sampling_defaults(choice: str | None, runs: Sequence[Path] = ()) -> tuple[fl
         return float(generate.get("temperature", fallback.temperature)), float(generate.get("top_p", fallback.top_p))
     except (StudioError, ValueError, TypeError, KeyError):
         return fallback.temperature, fallback.top_p
-
-
-def _own_file(tokenizer: BaseTokenizer, prompt: Path | None, render: str, tail: int = 0) -> OwnFile | None:
-    try:
-        return own_file(tokenizer, prompt, render, tail)
-    except ValueError as error:  # an unknown render, or a file the tokenizer cannot read
-        raise StudioError(str(error)) from None
-
-
-def check_upload(path: str | Path | None) -> Path | None:
-    """The uploaded prompt file, checked for presence, size and MIDI header."""
-    if path is None:
-        return None
-    path = Path(path)
-    if not path.is_file():
-        raise StudioError("the uploaded file is gone: upload it again")
-    size = path.stat().st_size
-    if size == 0:
-        raise StudioError(f"{path.name} is empty: upload a MIDI file (.mid)")
-    if size > MAX_UPLOAD_BYTES:
-        raise StudioError(f"{path.name} is {size / 2**20:.1f} MiB: prompts up to "
-                          f"{MAX_UPLOAD_BYTES // 2**20} MiB are accepted")
-    with path.open("rb") as handle:
-        if handle.read(4) != b"MThd":
-            raise StudioError(f"{path.name} is not a MIDI file (it does not start with 'MThd')")
-    return path
 
 
 class StudioSession:
@@ -246,108 +243,66 @@ class StudioSession:
         self.reference: list[int] | None = None  # groove: the uploaded piece's ids (similarity reference)
         self.history: list[Step] = []
         self.takes = 0  # steps ever made (names of output folders)
-        self.infill_job: InfillJob | None = None  # the current piece is an infill (it cannot be continued)
+        self.plan: Plan | None = None  # how the current piece was planned (an infill's cannot be continued)
         self.tracks: list[tuple[str, bool]] = []  # how the uploaded prompt's tracks were read (shown once)
-        self.own: OwnFile | None = None  # the uploaded file the current piece is written into (None: its tokens)
 
     # ------------------------------------------------------------------------------ actions
     def generate(self, request: Request, progress: Progress | None = None) -> View:
         """A new piece (N samples) from the request; the history starts again."""
-        torch.set_num_threads(self.threads)
-        phrases, bar_chords = _form(request)
-        chords = None if phrases else _progression(request.chords)
-        length, unit = (len(chords), "bars") if chords else (request.length, request.unit)
-        if phrases:
-            length, unit = form_bars(phrases), "bars"
-            if request.whole_prompt:
-                raise StudioError("a form starts with the prompt's first bars: untick 'continue after the whole song'")
-        else:
-            _check_settings(length, unit, request.num_samples)
-        prompt_file = check_upload(request.prompt)
-        ckpt = self._load(request.model)
-        sampling = _sampling(ckpt, request)
-        tokenizer = ckpt.tokenizer
-        reference = None
-        if prompt_file is None:
-            prompt = start_ids(tokenizer)
-        else:
-            bars = None if request.whole_prompt else int(request.prompt_bars)
-            prompt, reference = self._prompt(tokenizer, prompt_file, bars)
-        budget = self._budget(length, unit)
-        try:
-            generator = seeded_generator(check_seed(request.seed), self.device)
-            steer = ChordSteer(tokenizer, chords, 0 if prompt_file is None else len(prompt)) if chords else None
-            if phrases:  # the prompt's bars are the form's first: the rest is written
-                steer = form_steer(tokenizer, phrases, bar_chords, RESTATE, int(request.seed))
-                length -= len(tokenizer.bar_starts(prompt)) if prompt_file is not None else 0
-                if length < 1:
-                    raise StudioError(f"the prompt's {request.prompt_bars} bars cover the whole form: "
-                                      f"nothing is left to write")
-                _check_settings(length, unit, request.num_samples)
-                budget = self._budget(length, unit)
-            if not ckpt.config.generate.end:  # the model's own policy, as generate.py applies it
-                steer = without_end(tokenizer.eos_id, steer)
-            hold_notes(tokenizer, ckpt.config.generate.hold_bars)
-            decoder = Decoder(ckpt.model, tokenizer, prompt, int(request.num_samples), sampling, generator,
-                              capacity=len(prompt) + budget, steer=steer)
-        except ValueError as error:
-            raise StudioError(str(error)) from None
-        own = _own_file(tokenizer, prompt_file, request.render)
-        self.decoder, self.ckpt, self.request, self.reference, self.own = decoder, ckpt, request, reference, own
-        self.history, self.infill_job = [], None
-        return self._extend(length, unit, progress, "generated")
+        return self._start(request, request.generation(), progress, "generated")
 
     def infill(self, request: Request, bars: str, progress: Progress | None = None) -> View:
         """Rewrite bars `bars` ("9-12") of the uploaded song with a fill-in-the-middle model (the chosen
-        one, or the shipped infill model when the chosen one has no markers); the history starts again."""
+        one; the shipped infill model when the default is chosen); the history starts again."""
+        wanted = request.generation(infill=str(bars or "").strip())
+        return self._start(request, wanted, progress, f"rewrote bars {wanted.infill} of")
+
+    def _start(self, request: Request, wanted: GenerationRequest, progress: Progress | None, verb: str) -> View:
+        """Check, plan and run the first step of a new piece, as spe-generate runs it."""
         torch.set_num_threads(self.threads)
         try:
-            span = parse_bar_range(str(bars or ""))
+            parsed = wanted.check(LIMITS)
         except ValueError as error:
             raise StudioError(str(error)) from None
-        _check_settings(span[1] - span[0] + 1, "bars", request.num_samples)
-        prompt_file = check_upload(request.prompt)
-        if prompt_file is None:
-            raise StudioError("upload the song whose bars to rewrite")
-        ckpt = self._load(request.model)
-        if not has_infill(ckpt.tokenizer):
-            if INFILL_MODEL not in shipped_models():
-                raise StudioError("this model cannot infill: choose a fill-in-the-middle model")
-            ckpt = self._load(INFILL_MODEL + SHIPPED_SUFFIX)
-        tokenizer = ckpt.tokenizer
-        ids, _ = self._prompt(tokenizer, prompt_file, None)
+        ckpt = self._load(request.model, wanted)
         try:
-            job = InfillJob.of(tokenizer, ids, span)
-            sampling = _sampling(ckpt, request)
-            budget = self._budget(job.bars, "bars")
-            decoder = Decoder(ckpt.model, tokenizer, job.prompt, int(request.num_samples), sampling,
-                              seeded_generator(check_seed(request.seed), self.device),
-                              capacity=len(job.prompt) + budget, steer=job.steer())
-        except ValueError as error:
+            plan = wanted.plan(ckpt, parsed, LIMITS)
+            decoder = plan.decoder(ckpt.model, self.device)
+        except (ValueError, OSError) as error:  # TokenizationError is a ValueError
             raise StudioError(str(error)) from None
-        own = _own_file(tokenizer, prompt_file, request.render, job.tail)
-        self.decoder, self.ckpt, self.request, self.reference, self.own = decoder, ckpt, request, None, own
-        self.history, self.infill_job = [], job
-        return self._extend(job.bars, "bars", progress, f"rewrote bars {span[0]}-{span[1]} of")
+        self.decoder, self.ckpt, self.request, self.plan = decoder, ckpt, request, plan
+        self.reference = plan.song if format_of(ckpt.tokenizer) == "groove" and request.prompt else None
+        self.tracks, self.history = list(plan.tracks), []
+        return self._extend(plan.budget, plan.stop(every=1), progress, verb, lambda _, result: plan.finish(result))
 
     def close(self) -> None:
         """Free what the session holds (its decoder, history and files): idle too long, or pushed
         out by newer sessions. Used again, it starts afresh."""
-        self.decoder, self.history, self.infill_job, self.request, self.reference = None, [], None, None, None
-        self.own = None
+        self.decoder, self.history, self.plan, self.request, self.reference = None, [], None, None, None
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def continue_(self, length: int, unit: str = "bars", progress: Progress | None = None) -> View:
         """Extend every sample of the current piece (the recurrent state is kept: only new tokens cost)."""
         if self.decoder is None:
             raise StudioError("nothing to continue yet: press Generate first")
-        if self.infill_job is not None:
+        if self.plan.job is not None:
             raise StudioError("an infill keeps the rest of the song as it is: press Generate to continue a piece")
         torch.set_num_threads(self.threads)
-        _check_settings(length, unit, 1)
+        if unit not in UNITS:
+            raise StudioError(f"length unit must be one of {', '.join(UNITS)}, got {unit!r}")
+        try:  # the same bounds and messages as a new piece's length
+            GenerationRequest(**{unit: int(length)}).check(LIMITS)
+        except ValueError as error:
+            raise StudioError(str(error)) from None
         if all(self.decoder.at_eos):
             raise StudioError("every sample has ended (EOS): generate a new piece")
-        return self._extend(length, unit, progress, "continued")
+        tokenizer, starts = self.ckpt.tokenizer, [len(t) - 1 for t in self.decoder.tokens]
+        if unit == "tokens":
+            return self._extend(int(length), None, progress, "continued", None)
+        # a bar already begun by the last token counts as the first new one
+        stops = [bar_stop(tokenizer, start, int(length), every=1) for start in starts]
+        return self._extend(min(MAX_TOKENS, TOKENS_PER_BAR * int(length)), stops, progress, "continued",
+                            lambda i, result: keep_bars(tokenizer, result, starts[i], int(length)))
 
     def undo(self) -> View:
         """Go back one step (a generate cannot be undone: there is nothing before it)."""
@@ -360,8 +315,12 @@ class StudioSession:
                     similarity=step.view.similarity, take=len(self.history))
 
     # ------------------------------------------------------------------------------ helpers
-    def _load(self, choice: str | None) -> Any:
+    def _load(self, choice: str | None, wanted: GenerationRequest) -> Any:
+        """The chosen model, loaded once; for an infill with the default model chosen, the shipped
+        fill-in-the-middle model (the same rule as spe-generate without --checkpoint)."""
         path = model_path(choice, self.runs)
+        if path == PRETRAINED:
+            path = Path(wanted.checkpoint(None) or PRETRAINED)
         key = path.resolve()
         if key not in self.checkpoints:
             try:
@@ -374,39 +333,12 @@ class StudioSession:
                                   f"(the server's log says why)") from None
         return self.checkpoints[key]
 
-    def _prompt(self, tokenizer: BaseTokenizer, path: Path, bars: int | None) -> tuple[list[int], list[int] | None]:
-        """Prompt ids (the first `bars` bars, at least 1; None: the whole piece) and, for groove
-        models, the whole piece's ids."""
-        if bars is not None and bars < 1:
-            raise StudioError(f"prompt bars must be >= 1, got {bars}")
-        try:
-            ids = piece_ids(tokenizer, path)
-            self.tracks = track_report(tokenizer, path)
-        except (ValueError, OSError) as error:  # TokenizationError is a ValueError
-            raise StudioError(f"cannot read {path.name} as a prompt: {error}") from None
-        try:  # the same rule and message as generate.py's --prompt-bars
-            prompt = opening_bars(tokenizer, ids, bars, path.name)
-        except ValueError as error:
-            raise StudioError(str(error)) from None
-        if len(prompt) > MAX_PROMPT_TOKENS:
-            raise StudioError(f"{path.name} makes a prompt of {len(prompt):,} tokens; the studio reads at most "
-                              f"{MAX_PROMPT_TOKENS:,} (keep fewer bars, or use generate.py for long songs)")
-        if len(prompt) < 2:
-            raise StudioError(f"{path.name} has no notes to start from")
-        return prompt, (ids if format_of(tokenizer) == "groove" else None)
-
-    @staticmethod
-    def _budget(length: int, unit: str) -> int:
-        """Token budget of one step: `length` tokens, or generously enough tokens for `length` bars."""
-        return int(length) if unit == "tokens" else min(MAX_TOKENS, TOKENS_PER_BAR * int(length))
-
-    def _extend(self, length: int, unit: str, progress: Progress | None, verb: str) -> View:
-        decoder, tokenizer = self.decoder, self.ckpt.tokenizer
+    def _extend(self, budget: int, stop: Any, progress: Progress | None, verb: str,
+                finish: Callable[[int, GenerationResult], GenerationResult] | None) -> View:
+        """Run the decoder for up to `budget` more tokens per sample (until `stop`), `finish(i, result)`
+        each sample's result into the piece written, write every sample and record the step."""
+        decoder = self.decoder
         before = [len(t) for t in decoder.tokens]
-        stop = None
-        if unit == "bars":  # a bar already begun by the last token counts as the first new one
-            stop = [bar_stop(tokenizer, len(t) - 1, int(length), every=1) for t in decoder.tokens]
-        budget = self._budget(length, unit)
         began = time.perf_counter()
 
         def report(done: int, total: int) -> None:
@@ -419,12 +351,12 @@ class StudioSession:
             raise StudioError(str(error)) from None
         seconds = time.perf_counter() - began
         results = decoder.results()
-        if self.infill_job is not None:  # back in time order: the song with its rewritten bars
+        if finish is not None:
             try:
-                results = [self.infill_job.restore(result) for result in results]
+                results = [finish(i, result) for i, result in enumerate(results)]
             except InfillIncomplete as error:
                 self.decoder = None  # nothing to continue: the rewrite did not happen
-                raise StudioError(str(error).replace(" (raise --tokens)", "")) from None
+                raise StudioError(str(error)) from None
         self.takes += 1
         folder = self.workdir / f"take_{self.takes:03d}"
         audio = AudioConfig() if self.request.audio else None
@@ -449,8 +381,8 @@ class StudioSession:
 
     def _write(self, result: GenerationResult, out: Path, audio: AudioConfig | None, at_eos: bool
                ) -> SampleFiles:
-        tail = 0 if self.infill_job is None else self.infill_job.tail
-        write_piece(self.ckpt.tokenizer, result, out, audio=audio, own=self.own, tail=tail)
+        plan = self.plan
+        write_piece(plan.tokenizer, result, out, audio=audio, sections=plan.sections, own=plan.own, tail=plan.tail)
         wav, ogg = out.with_suffix(".wav"), out.with_suffix(".ogg")  # absent when the piece is too long to render
         return SampleFiles(midi=out, tokens=out.with_suffix(".txt"), pianoroll=out.with_suffix(".png"),
                            wav=wav if audio and wav.exists() else None, ogg=ogg if audio and ogg.exists() else None,
@@ -470,35 +402,3 @@ class StudioSession:
             rows += [[i + 1, metric.replace("_", "-"), *(round(float(v), 3) for v in values)]
                      for metric, values in scores.items()]
         return rows
-
-
-def _progression(text: str) -> list | None:
-    """The chords of the page's chord box (None when empty), a StudioError naming a bad symbol."""
-    if not text.strip():
-        return None
-    try:
-        return parse_progression(text)
-    except ValueError as error:
-        raise StudioError(str(error)) from None
-
-
-def _form(request: Request) -> tuple[list, list | None]:
-    """The phrases (empty without a form) and the per-bar chords of the page's form request."""
-    if not request.form.strip():
-        return [], None
-    if request.chords.strip() and ":" not in request.chords:
-        raise StudioError("with a form, give the chords per label (A: C G Am F; B: F G C C)")
-    try:
-        return form_and_chords(request.form, request.chords, int(request.seed))
-    except ValueError as error:
-        raise StudioError(str(error)) from None
-
-
-def _check_settings(length: int, unit: str, num_samples: int) -> None:
-    if unit not in UNITS:
-        raise StudioError(f"length unit must be one of {', '.join(UNITS)}, got {unit!r}")
-    limit = MAX_BARS if unit == "bars" else MAX_TOKENS
-    if not 1 <= int(length) <= limit:
-        raise StudioError(f"length must be 1 .. {limit} {unit}, got {length}")
-    if not 1 <= int(num_samples) <= MAX_SAMPLES:
-        raise StudioError(f"samples must be 1 .. {MAX_SAMPLES}, got {num_samples}")

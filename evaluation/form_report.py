@@ -34,7 +34,7 @@ from evaluation.form import (FormScore, LabelledSong, form_score, memory_gain, p
 from evaluation.quality_metrics import from_midi
 from generation.form import FormSteer, form_budget
 from generation.outputs import AtomicOutputs
-from generation.pieces import bar_stop, keep_bars, start_ids, write_midi
+from generation.pieces import bar_stop, keep_bars, start_ids
 from generation.sampling import SamplingConfig, generate, generate_batch
 from tokenization.form import Phrase, form_bars, form_text
 
@@ -97,7 +97,7 @@ def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placemen
                                      options.sampling, generator, progress=options.progress)
             for i, result in enumerate(results):
                 name = f"unconditional_{i:03d}"
-                write_midi(tokenizer.decode(result.tokens), outputs.temp(out_dir / "generated" / f"{name}.mid"))
+                tokenizer.write_midi(result.tokens, outputs.temp(out_dir / "generated" / f"{name}.mid"))
                 unconditional.append(measure_ids(tokenizer, name, result.tokens))
         with_form = []
         for song in tqdm(songs[:options.form_pieces], desc=f"{label}: with a form", unit="piece",
@@ -108,7 +108,7 @@ def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placemen
                               options.sampling, generator, stop=bar_stop(tokenizer, 0, bars), steer=steer)
             result = keep_bars(tokenizer, result, 0, bars)
             name = f"form_{song.name}"
-            write_midi(tokenizer.decode(result.tokens), outputs.temp(out_dir / "generated" / f"{name}.mid"))
+            tokenizer.write_midi(result.tokens, outputs.temp(out_dir / "generated" / f"{name}.mid"))
             with_form.append(measure_ids(tokenizer, name, result.tokens, song.phrases, 0))
         panels = [(f"real song {real[0].name}: {form_text(real[0].phrases)}"[:60], real[0].matrix,
                    real[0].phrases, real[0].shift)]

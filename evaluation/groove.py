@@ -62,7 +62,7 @@ LONG_BARS = 2  # a note held longer than this many 4/4 bars counts as a drone
 class GrooveOptions:
     tokens: int = 1024  # length of each piece: prompt + continuation, in tokens
     prompt_bars: int = 2  # bars of the held-out piece that prompt the continuation
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # nucleus / temperature
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # nucleus / temperature / hold limit
     seed: int = 0  # seed of the positional noise and of sampling
     full_length: bool = False  # forbid the End token, so every continuation runs to `tokens` (else it may end)
     progress: bool = True  # show a progress bar
@@ -179,7 +179,7 @@ def quarter_stats(rows: Sequence[SimilarityRow]) -> list[tuple[str, str, int, fl
 def continuation_of(label: str, name: str, tokenizer: BaseTokenizer, tokens: list[int], prompt_len: int,
                     total: int) -> Continued:
     """The length and held notes of one continuation (`tokens`: the prompt's, then the new ones)."""
-    notes = new_notes(tokenizer.decode(tokens[:prompt_len]), tokenizer.decode(tokens))
+    notes = new_notes(tokenizer.notes(tokens[:prompt_len]), tokenizer.notes(tokens))
     long_notes = sum(n.end - n.start > 4 * LONG_BARS + 1e-6 for n in notes)  # beats of 4/4 bars (a held note closed at the bound is not one)
     ended = bool(tokens) and tokens[-1] == tokenizer.eos_id and len(tokens) < total
     return Continued(label, name, len(tokens) - prompt_len, total - prompt_len, ended, len(notes), long_notes)

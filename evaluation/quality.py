@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from generation.outputs import AtomicOutputs
-from generation.pieces import first_bars, piece_ids, next_bar_time, start_ids, strip_eos, write_midi
+from generation.pieces import first_bars, piece_ids, next_bar_time, start_ids, strip_eos
 from evaluation.along import Along, along, bar_token_counts, write_along_outputs
 from evaluation.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
 from generation.sampling import SamplingConfig, generate
@@ -198,7 +198,7 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
         for name, prompt, cut in tqdm(jobs, desc=f"{label}: {mode}", unit="piece",
                                       disable=not options.progress):
             result = generate(model, tokenizer, prompt, options.tokens, options.sampling, generator)
-            write_midi(tokenizer.decode(result.tokens), outputs.temp(midi_dir / f"{name}.mid"))
+            tokenizer.write_midi(result.tokens, outputs.temp(midi_dir / f"{name}.mid"))
             rows.append(QualityRow(mode, label, name, *measure_piece(tokenizer, result.tokens, cut)))
     return rows
 

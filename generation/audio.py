@@ -4,7 +4,7 @@ No system package is needed: the synthesiser is `tinysoundfont` (a pip wheel; in
 by the Makefile because its `pyaudio` dependency only serves live playback) and the default SoundFont
 is the small General MIDI bank shipped inside `pretty_midi` (`TimGM6mb.sf2`).
 
-    piece (miditoolkit.MidiFile, muspy.Music or a .mid path)
+    piece (a miditoolkit.MidiFile or a .mid path: `BaseTokenizer.write_midi` writes any format's)
       -> note events in seconds (tempo map honoured)
       -> one MIDI channel per GM program, drums on channel 10 (index 9) with the GM drum bank (128)
       -> stereo float32 at 44.1 kHz, with a release tail after the last note
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import miditoolkit
-import muspy
 import numpy as np
 
 from tokenization.midi_io import tick_to_seconds  # noqa: F401  (also part of this module's interface)
@@ -77,25 +76,15 @@ def default_soundfont() -> Path:
     return path
 
 
-def as_midi(piece: Any) -> miditoolkit.MidiFile:
-    """A miditoolkit.MidiFile from a MidiFile, a muspy.Music or a MIDI file path."""
+def as_midi(piece: miditoolkit.MidiFile | str | Path) -> miditoolkit.MidiFile:
+    """A miditoolkit.MidiFile from a MidiFile or a MIDI file path (a decoded piece of any format:
+    the file `BaseTokenizer.write_midi` wrote)."""
     if isinstance(piece, miditoolkit.MidiFile):
         return piece
-    if isinstance(piece, (str, Path)):
-        try:
-            return miditoolkit.MidiFile(str(piece))
-        except (OSError, ValueError, EOFError, KeyError, IndexError) as error:
-            raise ValueError(f"{piece}: not a readable MIDI file ({error})") from None
-    if isinstance(piece, muspy.Music):
-        midi = miditoolkit.MidiFile(ticks_per_beat=piece.resolution or 24)
-        midi.tempo_changes = [miditoolkit.TempoChange(float(t.qpm), int(t.time)) for t in piece.tempos]
-        for track in piece.tracks:
-            inst = miditoolkit.Instrument(program=track.program, is_drum=track.is_drum, name=track.name or "")
-            inst.notes = [miditoolkit.Note(velocity=64 if n.velocity is None else n.velocity, pitch=n.pitch,
-                                           start=n.time, end=n.time + n.duration) for n in track.notes]
-            midi.instruments.append(inst)
-        return midi
-    raise TypeError(f"cannot render a {type(piece).__name__}")
+    try:
+        return miditoolkit.MidiFile(str(piece))
+    except (OSError, ValueError, EOFError, KeyError, IndexError) as error:
+        raise ValueError(f"{piece}: not a readable MIDI file ({error})") from None
 
 
 def channel_plan(midi: miditoolkit.MidiFile) -> list[ChannelProgram]:
@@ -157,7 +146,7 @@ def load_soundfont(font: Path, sample_rate: int = 44100) -> tuple[Any, int]:
         raise ValueError(f"cannot load soundfont {font}: not a SoundFont 2 file ({error})") from None
 
 
-def render(piece: Any, config: AudioConfig | None = None) -> np.ndarray:
+def render(piece: miditoolkit.MidiFile | str | Path, config: AudioConfig | None = None) -> np.ndarray:
     """Synthesise a piece: (frames, 2) float32 stereo at config.sample_rate, not yet normalised."""
     config = config or AudioConfig()
     midi = as_midi(piece)
@@ -257,7 +246,7 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
         return audio, handle.getframerate()
 
 
-def render_files(piece: Any, wav: str | Path | None = None, ogg: str | Path | None = None,
+def render_files(piece: miditoolkit.MidiFile | str | Path, wav: str | Path | None = None, ogg: str | Path | None = None,
                  config: AudioConfig | None = None) -> np.ndarray:
     """Render, normalise and write the requested files; returns the normalised audio."""
     config = config or AudioConfig()

@@ -10,7 +10,8 @@
 Symbols: a root A-G with an optional # or b, then a quality: "" (major), m, dim, aug, sus2, sus4, 7,
 maj7, m7, dim7, m7b5; N for no chord. Bars are separated by blanks; `|` may stand between them.
 They map one to one onto REMI's chord qualities (chorder's: M, m, o, +, sus2, sus4, 7, M7, m7, o7,
-/o7).
+/o7; ``tokenization.chords``), whose tokens the tokenizer gives (``BaseTokenizer.chord_id``: a format
+without chords is a ValueError naming it).
 
 A chord file holds either the same symbols, or POP909's annotation format: one `start end root:quality`
 line per chord (Harte's syntax, in seconds on the MIDI's clock, e.g. `C#:maj`, `Bb:min7`, `G:7/3`, `N`).
@@ -33,12 +34,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tokenization.midi_io import tick_to_seconds
-from remi.vocab import CHORD_ROOTS, NO_CHORD, chord_token
 from tokenization import BaseTokenizer
-from tokenization.midi_io import load_midi
+from tokenization.chords import Chord, chord_name  # noqa: F401  (chord_name: also this module's interface)
+from tokenization.midi_io import load_midi, tick_to_seconds
 
-Chord = tuple[int, str] | None  # (root pitch class, REMI quality), None: no chord
 FREE = "free"  # in a ChordSteer's list: a bar whose chord the model chooses
 Span = tuple[float, float, Chord]  # an annotation's chord: start and end in seconds, the chord
 
@@ -146,14 +145,8 @@ def place_annotation(spans: Sequence[Span], midi: Any, tokenizer: BaseTokenizer)
 
 
 def require_chord_tokens(tokenizer: BaseTokenizer) -> None:
-    """ValueError unless the tokenizer is REMI's, with Beat and chord tokens."""
-    if "Beat_0" not in tokenizer.vocab or chord_token(None, None) not in tokenizer.vocab:
-        raise ValueError(f"chords need a REMI model with chord tokens; this one is {type(tokenizer).__name__}")
-
-
-def chord_name(chord: Chord) -> str:
-    """REMI's token of a chord, without the type: C_M, A_m, N_N."""
-    return NO_CHORD if chord is None else f"{CHORD_ROOTS[chord[0]]}_{chord[1]}"
+    """ValueError naming the format unless the tokenizer writes chords (``BaseTokenizer.chord_id``)."""
+    tokenizer.chord_id(None)
 
 
 def family(chord: Chord) -> tuple[int, str] | None:
@@ -168,8 +161,7 @@ class ChordSteer:
         require_chord_tokens(tokenizer)
         vocab = tokenizer.vocab
         # per bar: the chord token to write, or -1 where the model chooses (FREE)
-        self.chords = [-1 if chord == FREE else vocab[chord_token(*chord) if chord else chord_token(None, None)]
-                       for chord in chords]
+        self.chords = [-1 if chord == FREE else tokenizer.chord_id(chord) for chord in chords]
         self.bars_from = bars_from  # index of the token from which bars are counted (a Bar token)
         self.bar, self.beat0, self.eos = tokenizer.bar_id, vocab["Beat_0"], tokenizer.eos_id
         self.beats = np.asarray(vocab.by_type("Beat"), dtype=np.int64)

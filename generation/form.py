@@ -150,7 +150,7 @@ def form_budget(phrases: Sequence[Phrase], prompt_bars: int, tokens: int | None,
     total = form_bars(phrases)
     if prompt_bars >= total:
         raise ValueError(f"the prompt has {prompt_bars} bars and the form {total}: nothing is left to write "
-                         f"(give a longer form or fewer --prompt-bars)")
+                         f"(give a longer form or fewer prompt bars)")
     return bars_budget(total - prompt_bars, tokens, default, "the form")
 
 

@@ -1,6 +1,7 @@
 """Infill: rewrite a range of bars of a song so that they lead into the bars after them.
 
-The song is rearranged for fill in the middle (``remi.infill``): the model reads the bars before the
+The song is rearranged for fill in the middle (``BaseTokenizer.arrange``, an ``Arrangement`` of
+``tokenization.infill``; REMI's is ``remi.infill``): the model reads the bars before the
 range, ``Infill_Hole``, the bars after it and ``Infill_Fill``, then writes as many bars as the range
 holds. Every other bar is kept token for token, and the result is put back in time order.
 
@@ -30,10 +31,9 @@ import numpy as np
 
 from generation.pieces import count_bars
 from generation.sampling import GenerationResult
-from remi.infill import Arrangement, arrange, marker_ids
-from remi.vocab import INFILL_TOKENS
-from tokenization import BaseTokenizer
 from model.shipped import shipped_model
+from tokenization import BaseTokenizer
+from tokenization.infill import Arrangement, marker_ids
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +55,11 @@ def parse_bar_range(text: str) -> tuple[int, int]:
 
 def has_infill(tokenizer: BaseTokenizer) -> bool:
     """Whether the vocabulary holds the fill-in-the-middle markers."""
-    return all(token in tokenizer.vocab for token in INFILL_TOKENS)
+    return tokenizer.infill_markers() is not None
 
 
 def infill_checkpoint(given: str | None) -> str | Path | None:
-    """The checkpoint --infill-bars loads: the one given, else the shipped infill model when present
+    """The checkpoint an infill loads: the one given, else the shipped infill model when present
     (else None: the default model)."""
     if given is not None:
         return given
@@ -88,8 +88,8 @@ class InfillJob:
         marker_ids(tokenizer)
         have = len(tokenizer.bar_starts(list(ids)))
         if span[1] > have:
-            raise ValueError(f"--infill-bars {span[0]}-{span[1]}: the song has {have} bars")
-        parts = arrange(tokenizer, ids, span[0] - 1, span[1] - span[0] + 1)
+            raise ValueError(f"infill bars {span[0]}-{span[1]}: the song has {have} bars")
+        parts = tokenizer.arrange(ids, span[0] - 1, span[1] - span[0] + 1)
         suffix = parts.suffix if suffix_tokens is None else bars_within(tokenizer, parts.suffix, suffix_tokens)
         read = Arrangement(prefix=parts.prefix, middle=parts.middle, suffix=suffix)
         return cls(tokenizer, parts, span[0], span[1] - span[0] + 1, read)
@@ -109,7 +109,7 @@ class InfillJob:
         end = bar_lines[self.bars] if len(bar_lines) > self.bars else len(result.tokens)
         if len(bar_lines) < self.bars:
             raise InfillIncomplete(f"the token budget ran out after {len(bar_lines)} of the {self.bars} bars "
-                                   f"to rewrite: nothing was written (raise --tokens)")
+                                   f"to rewrite: nothing was written (give more tokens)")
         middle = [t for t in result.tokens[start:end] if t not in marker_ids(self.tokenizer)
                   and t != self.tokenizer.eos_id]
         tokens = self.parts.prefix + middle + self.parts.suffix + [self.tokenizer.eos_id]
@@ -142,7 +142,8 @@ class BarsWithNotes:
     def __init__(self, tokenizer: BaseTokenizer, start: int, bars: int) -> None:
         self.start, self.bars = start, bars  # index of the first written token; bars to write
         self.bar = tokenizer.bar_id
-        end = [tokenizer.vocab[INFILL_TOKENS[2]]] if has_infill(tokenizer) else []
+        markers = tokenizer.infill_markers()
+        end = [] if markers is None else [markers[2]]  # Infill_End
         self.closing = [tokenizer.eos_id, *end, *tokenizer.vocab.by_type("TimeSig")]
         self.pitches = np.asarray(tokenizer.vocab.by_type("Note_Pitch"), dtype=np.int64)
 

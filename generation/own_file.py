@@ -37,9 +37,8 @@ from typing import Any, Sequence
 
 import mido
 
-from generation.pianoroll import roll_notes
 from generation.sampling import GenerationResult
-from tokenization import BaseTokenizer
+from tokenization import BaseTokenizer, PieceNote
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ class Placed:
 def place(tokenizer: BaseTokenizer, result: GenerationResult, own: OwnFile) -> Placed:
     """The user's file with the bars `result` generated after its prompt (see the module docstring)."""
     end = len(result.tokens) - own.tail
-    notes = new_notes(tokenizer.decode(result.tokens[:result.prompt_len]), tokenizer.decode(result.tokens[:end]))
+    notes = new_notes(tokenizer.notes(result.tokens[:result.prompt_len]), tokenizer.notes(result.tokens[:end]))
     start, stop = generated_bars(tokenizer, result, own.tail)
     midi = mido.MidiFile(own.path, clip=True)
     per_beat = midi.ticks_per_beat
@@ -146,13 +145,13 @@ def around(start: int, end: int, taken: list[tuple[int, int]]) -> tuple[int, int
     return (start, end) if start < end else None
 
 
-def new_notes(before: Any, after: Any) -> list:
-    """The notes of the decoded piece `after` that the decoded piece `before` (its first tokens) lacks,
-    in beats (a decode is in token order, so they are each track's last ones)."""
-    have = Counter(note.track for note in roll_notes(before))
+def new_notes(before: Sequence[PieceNote], after: Sequence[PieceNote]) -> list[PieceNote]:
+    """The notes of a piece (`after`, `tokenizer.notes(ids)`) that the piece of its first tokens
+    (`before`) lacks (a decode is in token order, so they are each track's last ones)."""
+    have = Counter(note.track for note in before)
     seen: Counter = Counter()
     fresh = []
-    for note in roll_notes(after):
+    for note in after:
         seen[note.track] += 1
         if seen[note.track] > have[note.track]:
             fresh.append(note)

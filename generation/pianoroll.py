@@ -1,64 +1,31 @@
-"""Piano-roll pictures of decoded pieces (matplotlib, Agg backend: no display needed).
+"""Piano-roll pictures of pieces (matplotlib, Agg backend: no display needed).
 
-Accepts what the tokenizers decode to: a `miditoolkit.MidiFile` (REMI) or a `muspy.Music` (groove).
-One colour per track, time in beats, an optional dashed line where the prompt ends, and optional
-section marks (a song's form: each phrase's label at its first bar).
+Draws a piece's notes as every format gives them (``BaseTokenizer.notes(ids)``, or
+``tokenization.midi_notes(midi)`` of a MIDI file): one colour per track, time in beats, an optional
+dashed line where the prompt ends, and optional section marks (a song's form: each phrase's label at
+its first bar).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Sequence
 
 import matplotlib
-import miditoolkit
-import muspy
+
+from tokenization import PieceNote
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.patches import Rectangle  # noqa: E402
 
 
-Music = Union[miditoolkit.MidiFile, muspy.Music]  # what the token formats decode to (REMI, groove)
-
-
-@dataclass
-class RollNote:
-    track: str  # track label (instrument name or program)
-    start: float  # onset in beats
-    end: float  # offset in beats
-    pitch: int  # MIDI pitch
-    velocity: int  # MIDI velocity 0..127
-
-
-def roll_notes(music: Music) -> list[RollNote]:
-    """The notes of a miditoolkit.MidiFile or muspy.Music, times in beats."""
-    if isinstance(music, miditoolkit.MidiFile):
-        per_beat = float(music.ticks_per_beat)
-        return [RollNote(_label(inst.name, inst.program, inst.is_drum), n.start / per_beat,
-                         n.end / per_beat, n.pitch, n.velocity)
-                for inst in music.instruments for n in inst.notes]
-    if isinstance(music, muspy.Music):
-        per_beat = float(music.resolution)
-        return [RollNote(_label(track.name, track.program, track.is_drum), n.time / per_beat,
-                         (n.time + n.duration) / per_beat, n.pitch,
-                         64 if n.velocity is None else n.velocity)
-                for track in music.tracks for n in track.notes]
-    raise TypeError(f"cannot draw a piano roll of a {type(music).__name__}")
-
-
-def _label(name: str | None, program: int, is_drum: bool) -> str:
-    return name or ("drums" if is_drum else f"program {program}")
-
-
-def save_pianoroll(music: Music, path: str | Path, title: str = "",
+def save_pianoroll(notes: Sequence[PieceNote], path: str | Path, title: str = "",
                    prompt_end_beat: float | None = None, sections: Sequence[tuple[float, str]] = (),
                    generated: tuple[float, float] | None = None) -> None:
-    """Draw the piece's notes as a piano roll into an image file (format from the suffix); `sections`:
+    """Draw a piece's notes as a piano roll into an image file (format from the suffix); `sections`:
     (beat, label) of each section's start, drawn as a line and its label; `generated`: the generated
     bars [start, end) in beats, shaded, with both ends marked."""
-    notes = roll_notes(music)
     tracks = sorted({n.track for n in notes})
     colours = {track: plt.get_cmap("tab10")(i % 10) for i, track in enumerate(tracks)}
     length = max((n.end for n in notes), default=4.0)

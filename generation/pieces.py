@@ -7,15 +7,12 @@ import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
-import miditoolkit
-import muspy
-
 from generation.audio import AudioConfig, AudioTooLong, render_files
 from generation.outputs import AtomicOutputs
 from generation.own_file import OwnFile, Placed, generated_bars, next_bar_time, place
-from generation.pianoroll import Music, roll_notes, save_pianoroll
+from generation.pianoroll import save_pianoroll
 from generation.sampling import GenerationResult
-from tokenization import BaseTokenizer, load_midi
+from tokenization import BaseTokenizer, load_midi, midi_notes
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +28,8 @@ def bars_budget(bars: int, tokens: int | None, default: int, what: str) -> int:
     if tokens is None:
         return max(default, TOKENS_PER_BAR * bars)
     if tokens < MIN_TOKENS_PER_BAR * bars:
-        raise ValueError(f"{what} leaves {bars} bars to write: --tokens {tokens} cannot hold them "
-                         f"(give at least {MIN_TOKENS_PER_BAR * bars}, or about {TOKENS_PER_BAR * bars})")
+        raise ValueError(f"{what} leaves {bars} bars to write: {tokens} tokens cannot hold them "
+                         f"(give at least {MIN_TOKENS_PER_BAR * bars} tokens, or about {TOKENS_PER_BAR * bars})")
     return tokens
 
 
@@ -109,22 +106,12 @@ def keep_bars(tokenizer: BaseTokenizer, result: GenerationResult, start: int, ba
     starts = count_bars(tokenizer, result.tokens, start)
     if len(starts) <= bars:
         if not result.stopped_at_eos:
-            logger.warning("the token budget ran out after %d of %d bars (raise --tokens)",
+            logger.warning("the token budget ran out after %d of %d bars (give more tokens)",
                            len(starts), bars)
         return result
     cut = max(starts[bars], result.prompt_len)
     return GenerationResult(tokens=result.tokens[:cut], prompt_len=result.prompt_len,
                             stopped_at_eos=False, seconds=result.seconds, noise_length=result.noise_length)
-
-
-def write_midi(music: Music, path: Path) -> None:
-    """A decoded piece (miditoolkit.MidiFile or muspy.Music) as a MIDI file."""
-    if isinstance(music, miditoolkit.MidiFile):
-        music.dump(str(path))
-    elif isinstance(music, muspy.Music):
-        music.write_midi(str(path))
-    else:
-        raise TypeError(f"cannot write a {type(music).__name__} as MIDI")
 
 
 def bar_times(tokenizer: BaseTokenizer, ids: Sequence[int], bars: Sequence[int]) -> list[float]:
@@ -168,22 +155,22 @@ def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, a
     title = (f"{out.stem}: {len(result.generated)} tokens after a {result.prompt_len}-token prompt"
              + (" (EOS)" if result.stopped_at_eos else ""))
     beats = bar_times(tokenizer, result.tokens, [bar for bar, _ in sections])
-    placed, music, shift, prompt_end, generated = None, report.music, 0.0, None, None
+    placed, shift, prompt_end, generated = None, 0.0, None, None
     if own is None:
-        write_midi(report.music, midi_path)
+        tokenizer.write_midi(result.tokens, midi_path)
+        notes = tokenizer.notes(result.tokens)
         if tail:
             generated = generated_bars(tokenizer, result, tail)
         else:
-            prompt_end = max((n.end for n in roll_notes(tokenizer.decode(result.tokens[:result.prompt_len]))),
-                             default=None)
+            prompt_end = max((n.end for n in tokenizer.notes(result.tokens[:result.prompt_len])), default=None)
     else:
         placed = place(tokenizer, result, own)
         placed.midi.save(midi_path)
-        music, shift, generated = load_midi(midi_path), own.origin, placed.span
+        notes, shift, generated = midi_notes(load_midi(midi_path)), own.origin, placed.span
         title = f"{out.stem}: {own.path.name} with {placed.added} generated notes" + (" (EOS)" if result.stopped_at_eos else "")
     text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
     outputs.temp(out.with_suffix(".txt")).write_text(text)
-    save_pianoroll(music, outputs.temp(out.with_suffix(".png")), title, prompt_end,
+    save_pianoroll(notes, outputs.temp(out.with_suffix(".png")), title, prompt_end,
                    [(beat + shift, label) for beat, (_, label) in zip(beats, sections)],
                    generated=generated)
     if audio is not None:

@@ -10,10 +10,16 @@ types that spread it (some 88 pitches); with the POP909 model at step 900 the tw
 of the same density within their spread (pretrained/pop909/README.md).
 
 Decoding is recurrent: one positional noise is drawn for the whole length (prompt + new tokens), the
-prompt is fed token by token through `model.step` (O(1) time and memory per token, whatever the
-position), then each sampled token is fed back until EOS or the token budget. `Decoder` does this for
-a batch of samples of one prompt at once (one `model.step` per position for the whole batch, one
-grammar state per sample) and can be resumed: continuing a piece only feeds the new tokens.
+prompt is read into the recurrent state in chunks of PROMPT_CHUNK tokens through `model.feed` (the
+state N `model.step` calls would give, at the memory of one chunk), then each sampled token is fed
+back through `model.step` (O(1) time and memory per token, whatever the position) until EOS or the
+token budget. `Decoder` does this for a batch of samples of one prompt at once (the prompt read once,
+one `model.step` per position for the whole batch, one grammar state per sample) and can be resumed:
+continuing a piece only feeds the new tokens.
+
+The sampling policy is a `SamplingConfig`, passed in: nothing is set on the (shared) tokenizer. Its
+`hold_bars` reaches the grammar through `tokenizer.constraint_state(hold_bars)`, which refuses it for a
+format that does not hold notes across bars.
 """
 
 from __future__ import annotations
@@ -23,17 +29,19 @@ import math
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from groove.roles import TICKS_PER_BAR
 from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
-from tokenization import BaseTokenizer, ConstraintState, format_of
+from tokenization import BaseTokenizer, ConstraintState
+
+if TYPE_CHECKING:
+    from training.config import GenerateConfig
 
 logger = logging.getLogger(__name__)
 
@@ -54,16 +62,6 @@ def without_end(eos: int, steer: Steer | None = None) -> Steer:
     return no_end
 
 
-def hold_notes(tokenizer: BaseTokenizer, bars: int | None) -> None:
-    """Sampling policy: close any note held `bars` bars (None or 0: no limit). Only the groove format
-    holds notes across bars by itself; asking it of another is a ValueError."""
-    if format_of(tokenizer) != "groove":
-        if bars:
-            raise ValueError(f"a hold limit applies to groove models; this one uses {type(tokenizer).__name__}")
-        return
-    tokenizer.hold_limit = bars * TICKS_PER_BAR if bars else None
-
-
 class GrammarDeadEnd(RuntimeError):
     """The grammar allows no token at some point of a constrained decoding."""
 
@@ -79,6 +77,7 @@ class SamplingConfig:
     temperature: float = 1.2  # logits are divided by this before the softmax (> 0)
     constrained: bool = True  # mask the tokens the tokenizer's grammar forbids
     nucleus: str = "token"  # "token": one top_p cut over the vocabulary; "type": one per token type
+    hold_bars: int | None = None  # groove formats: close any note held this many bars; None/0: no limit
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
@@ -87,15 +86,23 @@ class SamplingConfig:
             raise ValueError(f"temperature must be finite and > 0, got {self.temperature}")
         if self.nucleus not in NUCLEUS_SCOPES:
             raise ValueError(f"nucleus must be one of {NUCLEUS_SCOPES}, got {self.nucleus!r}")
+        if self.hold_bars is not None and self.hold_bars < 0:
+            raise ValueError(f"hold_bars must be >= 0 (0: no limit), got {self.hold_bars}")
+        if self.hold_bars and not self.constrained:
+            raise ValueError("a hold limit needs grammar-constrained sampling (constrained=True)")
 
     @classmethod
-    def from_defaults(cls, defaults: Any, top_p: float | None = None, temperature: float | None = None,
-                      nucleus: str | None = None, constrained: bool = True) -> SamplingConfig:
-        """A checkpoint's sampling defaults (its `generate` config section) with explicit values winning."""
+    def from_defaults(cls, defaults: GenerateConfig, top_p: float | None = None, temperature: float | None = None,
+                      nucleus: str | None = None, constrained: bool = True,
+                      hold_bars: int | None = None) -> SamplingConfig:
+        """A checkpoint's sampling defaults (its `generate` config section) with explicit values winning;
+        the hold limit (`hold_bars`, else the defaults'; 0: none) applies to constrained sampling only."""
+        constrained = defaults.constrained and constrained
+        hold = defaults.hold_bars if hold_bars is None else hold_bars
         return cls(top_p=defaults.top_p if top_p is None else top_p,
                    temperature=defaults.temperature if temperature is None else temperature,
                    nucleus=defaults.nucleus if nucleus is None else nucleus,
-                   constrained=defaults.constrained and constrained)
+                   constrained=constrained, hold_bars=(hold or None) if constrained else None)
 
 
 @dataclass
@@ -205,12 +212,13 @@ class Decoder:
             raise ValueError(f"prompt ids must be in 0 .. {vocab_size - 1}")
         capacity = len(prompt) + 1 if capacity is None else max(capacity, len(prompt) + 1)
         check_length(model, capacity)
+        # the sampling policy's grammar (a ValueError for a hold limit the format cannot apply)
+        grammar = tokenizer.constraint_state(self.sampling.hold_bars) if self.sampling.constrained else None
         model.eval()
         self.device = model.head.weight.device
         self.prompt_len = len(prompt)
         self._reserved = capacity  # positions reserved so far (the noise's length when there is one)
         self.noise = model.draw_positional_noise(capacity, generator=generator)  # one realisation for all
-        grammar = tokenizer.constraint_state() if self.sampling.constrained else None
         if steer is not None and grammar is None:
             raise ValueError("steering the tokens (e.g. following chords) needs grammar-constrained sampling")
         self.types = token_types(tokenizer) if self.sampling.nucleus == "type" else None  # (V,) or None

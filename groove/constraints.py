@@ -15,7 +15,8 @@ With ``hold_limit`` (ticks; off by default), ``allowed`` also applies a sampling
 (validity, decoding, prompts) does not: no note is held longer than that. A time shift past the deadline
 of the earliest sounding note is masked, and once a note reaches its deadline only the NoteOffs of such
 notes remain. It is for a model that leaves notes sounding for dozens of bars (a sounding pitch cannot be
-struck again on its track); ``GrooveTokenizer.hold_limit`` turns it on for sampling (``--hold-bars``).
+struck again on its track); ``GrooveTokenizer.constraint_state(hold_bars)`` turns it on for sampling
+(``generation.sampling.SamplingConfig.hold_bars``, ``--hold-bars``).
 """
 
 from __future__ import annotations

@@ -13,11 +13,16 @@ bar start is a token boundary where the sequence can be cut and decoded from tim
 (program 33), drums (``is_drum``), accompaniment (program 0); invalid events are skipped and counted
 (``decode_with_report``), notes still sounding at the end are closed there (at least one tick long).
 The round trip MIDI -> ids -> Music is exact for notes on the 1/12-beat grid (times, pitches, roles).
+``write_midi`` writes that Music with muspy's own writer; ``notes`` reads it through ``music_to_midi``.
+
+A note sounds until its NoteOff, across any number of bars (``holds_notes``): sampling can close the
+notes held ``hold_bars`` bars (``constraint_state(hold_bars)``, ``groove.constraints``).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 import miditoolkit
@@ -48,7 +53,7 @@ from groove.vocab import (
     shift_token,
     shifts_between,
 )
-from tokenization import BaseTokenizer, TokenizationError, load_midi, source_name
+from tokenization import BaseTokenizer, PieceNote, TokenizationError, load_midi, midi_notes, source_name
 
 if TYPE_CHECKING:  # imported where used: muspy loads music21 and pretty_midi, which encoding does not need
     import muspy
@@ -118,12 +123,11 @@ class GrooveTokenizer(BaseTokenizer, token_format="groove"):
     """Bass / drums / accompaniment events with beat-relative time shifts (see the module docstring)."""
 
     special_tokens: ClassVar[tuple[str, ...]] = (START, END)
+    holds_notes: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
         self.table = GrooveTokenTable.from_vocab(self.vocab)
-        self.hold_limit: int | None = None  # sampling policy: ticks a sampled note may sound (None: no limit;
-        # groove.constraints); not part of the format, not saved
 
     # ---------------------------------------------------------------- hooks
     def _build_vocab_tokens(self) -> list[str]:
@@ -158,6 +162,12 @@ class GrooveTokenizer(BaseTokenizer, token_format="groove"):
             if closed is not None:
                 notes.append(closed)
         return notes_to_music(notes + state.close_all()), skipped
+
+    def _write_midi(self, piece: muspy.Music, path: Path) -> None:
+        piece.write_midi(str(path))
+
+    def _piece_notes(self, piece: muspy.Music) -> list[PieceNote]:
+        return midi_notes(music_to_midi(piece))
 
     # ----------------------------------------------------------- properties
     @property
@@ -229,6 +239,7 @@ class GrooveTokenizer(BaseTokenizer, token_format="groove"):
                     time, on_line = target, target % TICKS_PER_BAR == 0
         return starts
 
-    def constraint_state(self) -> GrooveConstraintState:
-        """Incremental grammar for constrained sampling (``allowed``, ``advance``); see ``groove.constraints``."""
-        return GrooveConstraintState(self.table, self.hold_limit)
+    def _constraint_state(self, hold_bars: int | None) -> GrooveConstraintState:
+        """Incremental grammar for constrained sampling (``allowed``, ``advance``), closing the notes held
+        ``hold_bars`` 4/4 bars when given; see ``groove.constraints``."""
+        return GrooveConstraintState(self.table, None if hold_bars is None else hold_bars * TICKS_PER_BAR)

@@ -9,7 +9,8 @@ model then writes the middle having read both sides. This is the prefix-suffix-m
 et al. (2022), "Efficient training of language models to fill in the middle", with spans of whole bars.
 
 * :func:`arrange` cuts a piece's ids at bar lines into that order (the generation prompt is everything
-  up to ``Infill_Fill``);
+  up to ``Infill_Fill``; ``REMITokenizer.arrange``, the tokenizer contract's, calls it); the
+  :class:`Arrangement` and :func:`marker_ids` are the format-neutral ones of ``tokenization.infill``;
 * :func:`fim_crop` rearranges a training crop around a random span of bars, keeping its length;
 * :func:`restore_order` puts a rearranged sequence back in time order (the decoder calls it).
 
@@ -19,12 +20,11 @@ changes is refused by :func:`arrange` and skipped by :func:`fim_crop`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence, TypeVar
 
 import numpy as np
 
-from remi.vocab import INFILL_TOKENS
+from tokenization.infill import Arrangement, marker_ids  # noqa: F401  (this module's interface too)
 
 if TYPE_CHECKING:
     from remi.tokenizer import REMITokenizer
@@ -33,33 +33,6 @@ T = TypeVar("T")
 
 MAX_SPAN_BARS = 8  # longest middle fim_crop draws, in bars
 MARKERS_PER_CROP = 3  # Infill_Hole, Infill_Fill and Infill_End: the tokens a rearranged crop adds
-
-
-@dataclass
-class Arrangement:
-    """A piece cut for fill in the middle (ids; no markers in the three parts)."""
-
-    prefix: list[int]  # the bars before the span
-    middle: list[int]  # the span's bars (to rewrite)
-    suffix: list[int]  # the bars after the span, without the end token
-
-    def prompt(self, tokenizer: REMITokenizer) -> list[int]:
-        """``prefix Infill_Hole suffix Infill_Fill``: what a model reads before writing the middle."""
-        hole, fill, _ = marker_ids(tokenizer)
-        return self.prefix + [hole] + self.suffix + [fill]
-
-    def sequence(self, tokenizer: REMITokenizer) -> list[int]:
-        """The whole rearranged sequence, ``Infill_End`` included (a training sample)."""
-        return self.prompt(tokenizer) + self.middle + [marker_ids(tokenizer)[2]]
-
-
-def marker_ids(tokenizer: REMITokenizer) -> tuple[int, int, int]:
-    """Ids of Infill_Hole, Infill_Fill and Infill_End; ValueError when the vocabulary lacks them."""
-    if not all(token in tokenizer.vocab for token in INFILL_TOKENS):
-        raise ValueError("this vocabulary has no fill-in-the-middle tokens (a model fine-tuned with "
-                         "data.fim_rate > 0 has them)")
-    hole, fill, end = (tokenizer.vocab[token] for token in INFILL_TOKENS)
-    return hole, fill, end
 
 
 def arrange(tokenizer: REMITokenizer, ids: Sequence[int], first_bar: int, bars: int) -> Arrangement:

@@ -36,9 +36,10 @@ from miditoolkit import Instrument, Marker, Note, TempoChange, TimeSignature
 
 from remi.chords import beat_chords
 from remi.grammar import Kind, Phase, REMIConstraintState, REMITokenTable
-from remi.infill import restore_order
+from remi.infill import arrange as arrange_bars, restore_order
 from remi.meter import decide_meter
 from remi.vocab import (
+    CHORD_QUALITIES,
     CHORD_ROOTS,
     DEFAULT_BPM,
     DEFAULT_METER,
@@ -52,12 +53,15 @@ from remi.vocab import (
     TICKS_PER_SUB_BEAT,
     VELOCITIES,
     build_tokens,
+    chord_token,
     meter_length,
     meter_parts,
     meter_token,
     nearest_meter,
 )
 from tokenization import BaseTokenizer, TokenizationError
+from tokenization.chords import Chord
+from tokenization.infill import Arrangement
 
 logger = logging.getLogger(__name__)
 
@@ -314,8 +318,8 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
         return sorted(meter_at.items())
 
     # ---------------------------------------------------------------- decode
-    def constraint_state(self) -> REMIConstraintState:
-        """Incremental grammar for constrained sampling (see ``remi.grammar``)."""
+    def _constraint_state(self, hold_bars: int | None) -> REMIConstraintState:
+        """Incremental grammar for constrained sampling (see ``remi.grammar``); a note ends by its duration."""
         return REMIConstraintState(self.table)
 
     def _decode_tokens(self, tokens: list[str]) -> tuple[miditoolkit.MidiFile, int]:
@@ -366,6 +370,24 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
         midi.tempo_changes, midi.time_signature_changes, midi.markers = tempi, meters, markers
         midi.max_tick = max((n.end for n in notes), default=0)
         return midi, skipped
+
+    # ------------------------------------------------------ format features
+    def chord_id(self, chord: Chord) -> int:
+        """The id of ``Chord_<root>_<quality>`` (``Chord_N_N`` for None); ValueError for an unknown quality."""
+        if chord is not None and chord[1] not in CHORD_QUALITIES:
+            raise ValueError(f"unknown chord quality {chord[1]!r} (REMI's: {', '.join(CHORD_QUALITIES)})")
+        return self.vocab[chord_token(*chord) if chord else chord_token(None, None)]
+
+    def infill_markers(self) -> tuple[int, int, int] | None:
+        """Ids of Infill_Hole, Infill_Fill and Infill_End (a vocabulary built with ``infill=True``), else None."""
+        if not all(token in self.vocab for token in INFILL_TOKENS):
+            return None
+        hole, fill, end = (self.vocab[token] for token in INFILL_TOKENS)
+        return hole, fill, end
+
+    def arrange(self, ids: Sequence[int], first_bar: int, bars: int) -> Arrangement:
+        """``ids`` cut around a span of bars (``remi.infill.arrange``: the meter may not change inside it)."""
+        return arrange_bars(self, ids, first_bar, bars)
 
     # ------------------------------------------------------- shared helpers
     def transpose(self, ids: Sequence[int], semitones: int) -> list[int]:

@@ -4,7 +4,8 @@ Grid: 480 ticks per beat (quarter note), 4 sub-beats (16th notes, 120 ticks) per
 
 * ``Bar_None``; ``Beat_0`` .. ``Beat_15`` (sub-beat position inside the bar);
 * ``Tempo_32`` .. ``Tempo_224`` in steps of 3 bpm;
-* ``Chord_<root>_<quality>`` (12 roots x 11 qualities) and ``Chord_N_N`` (no chord);
+* ``Chord_<root>_<quality>`` (12 roots x 11 qualities) and ``Chord_N_N`` (no chord): the names of
+  ``tokenization.chords`` (``CHORD_ROOTS``, ``CHORD_QUALITIES``, ``NO_CHORD``, imported here);
 * ``Note_Pitch_22`` .. ``Note_Pitch_107``, ``Note_Velocity_40`` .. ``Note_Velocity_86`` (steps of 2),
   ``Note_Duration_0`` .. ``Note_Duration_1920`` (ticks, steps of 120: 0..16 sub-beats);
 * with ``time_signatures=True`` also ``TimeSig_<n>/<d>`` for the meters of :data:`METERS`, placed after
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import math
 
+from tokenization.chords import CHORD_QUALITIES, CHORD_ROOTS, NO_CHORD, chord_name  # noqa: F401  (REMI's names too)
+
 TICKS_PER_BEAT = 480  # ticks per quarter note in decoded files
 SUB_BEATS_PER_BEAT = 4  # grid resolution: a 16th note
 TICKS_PER_SUB_BEAT = TICKS_PER_BEAT // SUB_BEATS_PER_BEAT  # 120
@@ -35,9 +38,6 @@ TEMPI = tuple(range(32, 225, 3))  # bpm levels; others clamp to the nearest leve
 MAX_DURATION = 16  # sub-beats; longer notes are clipped
 DEFAULT_BPM = 120.0  # MIDI's tempo when a file sets none
 
-CHORD_ROOTS = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
-CHORD_QUALITIES = ("M", "m", "o", "+", "sus2", "sus4", "7", "M7", "m7", "o7", "/o7")
-NO_CHORD = "N_N"
 INFILL_TOKENS = ("Infill_Hole", "Infill_Fill", "Infill_End")  # where the middle was, where it starts, its end
 
 METERS: tuple[tuple[int, int], ...] = (
@@ -74,9 +74,7 @@ def meter_token(meter: tuple[int, int]) -> str:
 
 def chord_token(root: int | None, quality: str | None) -> str:
     """``Chord_<root>_<quality>`` for a root pitch class 0..11, or ``Chord_N_N`` for None."""
-    if root is None or quality is None:
-        return "Chord_" + NO_CHORD
-    return f"Chord_{CHORD_ROOTS[root]}_{quality}"
+    return "Chord_" + chord_name(None if root is None or quality is None else (root, quality))
 
 
 def build_tokens(time_signatures: bool, infill: bool = False) -> list[str]:

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+FORMATS = {"remi", "groove"}  # the token formats' packages
+FORMAT_NEUTRAL = {"generation"}  # packages that reach a format only through tokenization.BaseTokenizer
 
 
 def layers() -> dict[str, int]:
@@ -47,3 +49,10 @@ def test_no_package_imports_one_above_or_beside_it():
                 if top == "apps" or (package != "bench" and rank[top] >= rank[package]):
                     wrong.append(f"{path.relative_to(REPO)}:{line} imports {module}")
     assert not wrong, "imports that point up or sideways:\n" + "\n".join(wrong)
+
+
+def test_format_neutral_packages_import_no_format():
+    wrong = [f"{path.relative_to(REPO)}:{line} imports {module}"
+             for package in sorted(FORMAT_NEUTRAL) for path in sorted((REPO / package).rglob("*.py"))
+             for line, module in runtime_imports(path) if module.split(".")[0] in FORMATS]
+    assert not wrong, "format-neutral packages importing a format:\n" + "\n".join(wrong)

@@ -2,18 +2,32 @@
 
 A format (``remi.REMITokenizer``, ``groove.GrooveTokenizer``) subclasses :class:`BaseTokenizer`, names
 itself (``class REMITokenizer(BaseTokenizer, token_format="remi")``, see ``tokenization.registry``) and
-implements three hooks:
+implements four hooks:
 
 * ``_build_vocab_tokens()`` -> the format's tokens (``Type_Value`` strings), specials excluded;
 * ``_encode_midi(midi)`` -> token strings for one ``miditoolkit.MidiFile``;
-* ``_decode_tokens(tokens)`` -> ``(music_object, skipped)`` where ``skipped`` counts invalid events;
+* ``_decode_tokens(tokens)`` -> ``(piece, skipped)`` where ``skipped`` counts invalid events; the piece
+  is the format's own music object (a ``miditoolkit.MidiFile`` unless the format also overrides
+  ``_write_midi`` and ``_piece_notes``, which read it);
+* ``_constraint_state(hold_bars)`` -> a fresh grammar state;
 
-and the contract that data/ and apps/ rely on, for every format alike:
+and the contract that data/, generation/ and apps/ rely on, for every format alike:
 
 * ``start_id``: the token an unprompted piece starts with;
 * ``bar_starts(ids)``: indices where a bar starts (training crops and prompts are cut there);
 * ``transpose(ids, semitones)``: the same piece shifted in pitch (ValueError when a pitch leaves the range);
-* ``constraint_state()``: a fresh :class:`~tokenization.constraints.ConstraintState` (the grammar).
+* ``constraint_state(hold_bars=None)``: a fresh :class:`~tokenization.constraints.ConstraintState` (the
+  grammar); ``hold_bars`` is a sampling policy for the formats that hold notes across bars
+  (``holds_notes``), a ValueError naming the format for the others;
+* ``write_midi(ids, path)``: the piece as a MIDI file, written by the format's own writer;
+* ``notes(ids)``: the piece's notes in beats (:class:`~tokenization.midi_io.PieceNote`);
+* format features, each a ValueError naming the format where it has none: ``chord_id(chord)`` (the
+  token stating a chord, ``tokenization.chords``), ``infill_markers()`` (None where there are none) and
+  ``arrange(ids, first_bar, bars)`` (fill in the middle, ``tokenization.infill``).
+
+``decode`` returns the format's own music object (REMI: ``miditoolkit.MidiFile``, groove:
+``muspy.Music``), for analyses of one format; format-neutral code writes and reads pieces through
+``write_midi`` and ``notes``.
 
 It may override ``_load(source)`` to accept more input types, ``special_tokens``, ``config()`` (the
 constructor keyword arguments, saved with the vocabulary so a checkpoint can rebuild the tokenizer) and
@@ -33,9 +47,11 @@ import miditoolkit
 from tqdm.auto import tqdm
 
 from tokenization import registry
+from tokenization.chords import Chord
 from tokenization.constraints import ConstraintState
 from tokenization.errors import TokenizationError
-from tokenization.midi_io import declared_meters, load_midi, midi_files, source_name
+from tokenization.infill import Arrangement
+from tokenization.midi_io import PieceNote, declared_meters, load_midi, midi_files, midi_notes, source_name
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +93,7 @@ class Vocab:
 class DecodeReport:
     """What ``decode`` made of an id sequence."""
 
-    music: Any  # the decoded piece (miditoolkit.MidiFile for REMI, muspy.Music for groove)
+    music: Any  # the format's own decoded piece (miditoolkit.MidiFile for REMI, muspy.Music for groove)
     skipped: int  # invalid or out-of-vocabulary events that were skipped
 
 
@@ -93,6 +109,7 @@ class BaseTokenizer(ABC):
     """Owns the vocabulary and the encode/decode plumbing; subclasses implement the format."""
 
     special_tokens: ClassVar[tuple[str, ...]] = ("PAD_None", "EOS_None")
+    holds_notes: ClassVar[bool] = False  # notes may sound across bars until closed: a hold limit applies
 
     def __init_subclass__(cls, token_format: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -114,6 +131,18 @@ class BaseTokenizer(ABC):
     def _decode_tokens(self, tokens: list[str]) -> tuple[Any, int]:
         """``(piece, skipped)`` for a list of token strings; never raises on invalid sequences."""
 
+    @abstractmethod
+    def _constraint_state(self, hold_bars: int | None) -> ConstraintState:
+        """A fresh grammar state; ``hold_bars`` (> 0, or None: no limit) only for a format that ``holds_notes``."""
+
+    def _write_midi(self, piece: Any, path: Path) -> None:
+        """Write a piece ``_decode_tokens`` made as a MIDI file (here: a ``miditoolkit.MidiFile``)."""
+        piece.dump(str(path))
+
+    def _piece_notes(self, piece: Any) -> list[PieceNote]:
+        """The notes of a piece ``_decode_tokens`` made, in beats (here: a ``miditoolkit.MidiFile``'s)."""
+        return midi_notes(piece)
+
     # -------------------------------------------------------------- contract
     @property
     @abstractmethod
@@ -128,9 +157,15 @@ class BaseTokenizer(ABC):
     def transpose(self, ids: Sequence[int], semitones: int) -> list[int]:
         """The ids of the piece shifted by ``semitones``; ValueError if a pitch would leave the range."""
 
-    @abstractmethod
-    def constraint_state(self) -> ConstraintState:
-        """A fresh grammar state (before the first token) for constrained sampling and decoding."""
+    def constraint_state(self, hold_bars: int | None = None) -> ConstraintState:
+        """A fresh grammar state (before the first token) for constrained sampling and decoding.
+
+        ``hold_bars`` is a sampling policy (``allowed`` only; ``accepts`` is unchanged): close any note
+        held that many bars (None or 0: no limit). A ValueError naming the format when it does not hold
+        notes across bars (``holds_notes``)."""
+        if hold_bars and not self.holds_notes:
+            raise ValueError(f"a hold limit applies to groove models; this one uses {type(self).__name__}")
+        return self._constraint_state(hold_bars or None)
 
     def describe_tracks(self, midi: miditoolkit.MidiFile) -> list[tuple[str, bool]]:
         """How the format reads a file's tracks, for the user: (line, is_a_warning) pairs; the
@@ -193,6 +228,14 @@ class BaseTokenizer(ABC):
         """The piece an id sequence describes; invalid events are skipped (see ``decode_with_report``)."""
         return self.decode_with_report(ids).music
 
+    def write_midi(self, ids: Iterable[int], path: str | Path) -> None:
+        """Write the piece an id sequence describes as a MIDI file (invalid events skipped, as ``decode``)."""
+        self._write_midi(self.decode(ids), Path(path))
+
+    def notes(self, ids: Iterable[int]) -> list[PieceNote]:
+        """The notes of the piece an id sequence describes, times in beats from its start."""
+        return self._piece_notes(self.decode(ids))
+
     def decode_with_report(self, ids: Iterable[int]) -> DecodeReport:
         strings, unknown = [], 0
         for idx in ids:
@@ -216,6 +259,23 @@ class BaseTokenizer(ABC):
             return [ids[t] for t in tokens]
         except KeyError:
             return [self.vocab[t] for t in tokens]  # re-run for the error message naming the token
+
+    # ------------------------------------------------------ format features
+    def chord_id(self, chord: Chord) -> int:
+        """The id of the token stating ``chord`` ((root, quality) or None: no chord, ``tokenization.chords``);
+        a ValueError naming the format when it writes no chords."""
+        raise ValueError(f"chords need a REMI model with chord tokens; this one uses {type(self).__name__}")
+
+    def infill_markers(self) -> tuple[int, int, int] | None:
+        """Ids of the fill-in-the-middle markers (where the middle was, where it starts, its end); None when
+        the vocabulary has none (``tokenization.infill``)."""
+        return None
+
+    def arrange(self, ids: Sequence[int], first_bar: int, bars: int) -> Arrangement:
+        """``ids`` cut around bars ``first_bar .. first_bar + bars - 1`` (0-based) for fill in the middle;
+        a ValueError naming the format when it cannot rewrite bars that way, or when the bars are not all
+        in the piece."""
+        raise ValueError(f"fill in the middle needs a REMI model; this one uses {type(self).__name__}")
 
     # ---------------------------------------------------------- persistence
     def to_dict(self) -> dict[str, Any]:

@@ -3,11 +3,15 @@
 Bytes are parsed with ``symusic`` (a C++ MIDI parser, ~100x faster than mido) and converted to the
 ``miditoolkit.MidiFile`` the tokenizers work on: instruments (program, is_drum, name, notes), tempo
 changes, time signatures and the file's ticks per beat. Other MIDI events are not carried over.
+
+The notes of a file in beats, whatever its resolution, are ``midi_notes(midi)`` (``PieceNote``s): what
+``BaseTokenizer.notes`` gives of a decoded piece, for piano rolls and note counts.
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,30 @@ def is_midi_path(path: Path) -> bool:
 
 
 MIDI_DEFAULT_QPM = 120.0  # tempo before a file's first tempo change
+
+
+@dataclass
+class PieceNote:
+    """One note of a piece, its times in beats (quarter notes) from the piece's start."""
+
+    track: str  # track label: the instrument's name, else "drums" or "program <n>"
+    start: float  # onset in beats
+    end: float  # offset in beats
+    pitch: int  # MIDI pitch
+    velocity: int  # MIDI velocity 0..127
+
+
+def track_label(name: str | None, program: int, is_drum: bool) -> str:
+    """How a track is called in a piano roll: its name, else "drums" or "program <n>"."""
+    return name or ("drums" if is_drum else f"program {program}")
+
+
+def midi_notes(midi: miditoolkit.MidiFile) -> list[PieceNote]:
+    """The notes of a MIDI file, track by track in file order, times in beats."""
+    per_beat = float(midi.ticks_per_beat)
+    return [PieceNote(track_label(inst.name, inst.program, inst.is_drum), n.start / per_beat, n.end / per_beat,
+                      n.pitch, n.velocity)
+            for inst in midi.instruments for n in inst.notes]
 
 
 def midi_files(folder: Path) -> list[Path]:

@@ -460,18 +460,18 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
     expected = {"bad_chord": "bad chord symbol 'Hb7'", "chords_of_groove": "REMI model",
                 "chords_unconstrained": "--no-constraints", "chords_twice": "not both",
                 "missing_chords_file": "chords file not found", "prompt_bars_beyond_song": "fewer than the 500",
-                "annotation_without_midi": "--chords-midi", "chords_midi_alone": "--chords-file",
-                "bad_chord_label": "bad chord label 'C:maj13'", "infill_without_prompt": "--prompt",
-                "infill_with_prompt_bars": "drop --prompt-bars", "infill_beyond_song": "the song has",
+                "annotation_without_midi": "give a prompt or a chords MIDI", "chords_midi_alone": "give that file too",
+                "bad_chord_label": "bad chord label 'C:maj13'", "infill_without_prompt": "give it as the prompt",
+                "infill_with_prompt_bars": "drop prompt bars", "infill_beyond_song": "the song has",
                 "infill_of_a_plain_model": "fill-in-the-middle model", "bad_infill_range": "bar range",
-                "infill_with_chords": "does not follow chords", "hold_of_remi": "applies to groove models",
-                "negative_hold_bars": "--hold-bars must be >= 0", "no_end_unconstrained": "--no-constraints",
+                "infill_with_chords": "drop chords", "hold_of_remi": "applies to groove models",
+                "negative_hold_bars": "hold bars must be >= 0", "no_end_unconstrained": "--no-constraints",
                 "form_bad_letter": "unknown label 'Q'", "form_no_length": "no length in bars",
                 "form_too_long_for_tokens": "cannot hold them", "form_of_groove": "pop piano",
-                "form_with_infill": "drop --infill-bars", "form_with_bars": "drop --bars",
+                "form_with_infill": "drop a form", "form_with_bars": "drop bars",
                 "restate_without_form": "give a form", "form_chords_unknown_label": "does not have",
-                "label_chords_without_form": "need --form", "form_shorter_than_prompt": "nothing is left",
-                "infill_budget_too_small": "--infill-bars 3-4 leaves 2 bars to write: --tokens 50 cannot hold them"}
+                "label_chords_without_form": "need a form", "form_shorter_than_prompt": "nothing is left",
+                "infill_budget_too_small": "infill bars 3-4 leaves 2 bars to write: 50 tokens cannot hold them"}
     assert expected.get(case, "") in message
     if case in ("inf_temperature", "nan_top_p"):
         assert ("--temperature" if case == "inf_temperature" else "--top-p") in message and "finite" in message

@@ -155,3 +155,56 @@ def test_infill_rewrites_the_typed_bars_of_the_upload(server, browser, chorale_m
     song = tokenizer.tokens_to_strings(tokenizer.encode(chorale_midi))
     starts = tokenizer.bar_starts(tokenizer.encode(chorale_midi))
     assert tokens[:starts[1]] == song[:starts[1]] and tokens[-(len(song) - starts[3]):] == song[starts[3]:]
+
+
+def test_every_other_control_reaches_the_request(server, browser, tmp_path):
+    """Model, form, restatement, nucleus, end, render, seed, samples, temperature, top-p, the sample
+    choice, Continue, Undo and the hold limit (refused for a piano model, with generate.py's message)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 120)
+    browser.get(server)
+
+    def element(css):
+        return wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, css)))
+
+    def type_into(css, value):
+        box = element(css)
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(str(value))
+
+    def status_starts(text):
+        wait.until(lambda page: page.find_element(By.CSS_SELECTOR, "#status").text.startswith(text))
+        return browser.find_element(By.CSS_SELECTOR, "#status").text
+
+    choice = next(name for name in ("pop909_whole (shipped)", "pop909 (shipped)") if name[:-10] in shipped_models())
+    type_into("#model input", choice)
+    element("#model input").send_keys(Keys.ENTER)
+    wait.until(lambda page: page.find_element(By.CSS_SELECTOR, "#model input").get_attribute("value") == choice)
+    type_into("#form textarea", "A2 B1 A2")
+    type_into("#restate input[type=number]", 1)
+    for radio in ("#nucleus input[value='type']", "#end input[value='write all']", "#render input[value='tokens']"):
+        element(radio).click()
+    type_into("#seed input", 3)
+    type_into("#samples input[type=number]", 2)
+    type_into("#temperature input[type=number]", 0.9)
+    type_into("#top_p input[type=number]", 0.8)
+    element("#generate").click()
+    assert "generated 2 sample(s)" in status_starts("Step 1: generated")
+    takes = sorted((tmp_path / "work").rglob("take_001/sample_*.txt"))
+    assert len(takes) == 2
+    for take in takes:  # the form's 5 bars, cut after the last
+        assert take.read_text().split().count("Bar_None") == 5
+    element("#sample input[value='2']").click()
+    wait.until(lambda page: "sample_2" in page.find_element(By.CSS_SELECTOR, "#downloads").text)
+    type_into("#length input", 1)
+    element("#continue").click()
+    status_starts("Step 2: continued")
+    element("#undo").click()
+    status_starts("undone: back to step 1")
+    type_into("#hold_bars textarea", 2)
+    element("#generate").click()
+    assert "a hold limit applies to groove models" in status_starts("Error: a hold limit")

@@ -47,13 +47,15 @@ def test_tempo_changes_are_honoured():
     assert np.allclose(tick_to_seconds(midi_with([], tempos=()), np.array([960])), [1.0])  # default 120
 
 
-def test_channel_plan_piano_and_the_three_groove_tracks():
+def test_channel_plan_piano_and_the_three_groove_tracks(tmp_path):
     piano = midi_with([(0, False, [(0, 1, 60, 80)])])
     assert channel_plan(piano) == [ChannelProgram(0, 0, False)]
     tokenizer = GrooveTokenizer()
     tokens = ["Start_None", "NoteOn_bass:40", "NoteOn_drums:36", "NoteOn_accompaniment:64", "TimeShift_1:00",
               "NoteOff_bass:40", "NoteOff_drums:36", "NoteOff_accompaniment:64", "End_None"]
-    band = as_midi(tokenizer.decode(tokenizer.strings_to_ids(tokens)))  # bass, drums, accompaniment
+    path = tmp_path / "band.mid"
+    tokenizer.write_midi(tokenizer.strings_to_ids(tokens), path)
+    band = as_midi(path)  # bass, drums, accompaniment
     assert channel_plan(band) == [ChannelProgram(0, 33, False), ChannelProgram(DRUM_CHANNEL, 0, True),
                                   ChannelProgram(1, 0, False)]
 

@@ -290,3 +290,52 @@ def test_per_sample_stop_conditions(tokenizer):
         decoder.run(5, stop=[None])
     with pytest.raises(ValueError, match="samples"):
         Decoder(model, tokenizer, [tokenizer.bar_id], 0)
+
+
+# ------------------------------------------------------------------------ sampling policy: hold limit
+def test_hold_bars_is_validated_with_the_sampling_config():
+    assert SamplingConfig().hold_bars is None and SamplingConfig(hold_bars=0).hold_bars == 0
+    with pytest.raises(ValueError, match="hold_bars must be >= 0"):
+        SamplingConfig(hold_bars=-1)
+    with pytest.raises(ValueError, match="grammar-constrained"):
+        SamplingConfig(constrained=False, hold_bars=2)
+
+
+def test_from_defaults_takes_the_models_hold_limit_when_constrained():
+    from training.config import GenerateConfig
+
+    held = GenerateConfig(hold_bars=2)
+    assert SamplingConfig.from_defaults(held).hold_bars == 2
+    assert SamplingConfig.from_defaults(held, hold_bars=3).hold_bars == 3
+    assert SamplingConfig.from_defaults(held, hold_bars=0).hold_bars is None  # 0 lifts it
+    assert SamplingConfig.from_defaults(held, constrained=False).hold_bars is None
+    assert SamplingConfig.from_defaults(GenerateConfig(hold_bars=2, constrained=False)).hold_bars is None
+    assert SamplingConfig.from_defaults(GenerateConfig()).hold_bars is None
+
+
+def test_a_hold_limit_on_a_remi_model_is_refused_before_decoding(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    generator = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="a hold limit applies to groove models; this one uses REMITokenizer"):
+        Decoder(model, tokenizer, [tokenizer.bar_id], 1, SamplingConfig(hold_bars=2), generator)
+    assert Decoder(model, tokenizer, [tokenizer.bar_id], 1, SamplingConfig(hold_bars=0), generator).tokens
+
+
+def test_a_hold_limit_closes_the_notes_a_groove_sample_holds():
+    from groove import GrooveTokenizer
+    from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
+
+    groove = GrooveTokenizer()
+    model = tiny_model(groove.vocab_size, seed=3)
+    with torch.no_grad():  # uniform over the allowed tokens: one NoteOff among some 400, notes stay on
+        model.head.weight.zero_()
+
+    def longest(hold_bars):
+        sampling = SamplingConfig(top_p=1.0, temperature=1.0, hold_bars=hold_bars)
+        result = generate(model, groove, [groove.start_id], 400, sampling, torch.Generator().manual_seed(1))
+        return max(n.duration for t in groove.decode(result.tokens).tracks for n in t.notes)
+
+    assert longest(None) > 2 * TICKS_PER_BAR
+    assert longest(1) <= TICKS_PER_BAR and longest(2) <= 2 * TICKS_PER_BAR
+    assert TICKS_PER_BAR == 4 * TICKS_PER_BEAT  # bars of 4/4
+    assert groove.constraint_state().hold_limit is None  # the shared tokenizer is left as it was

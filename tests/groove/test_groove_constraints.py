@@ -60,14 +60,13 @@ def test_masks(tok):
     assert mask.sum() == 1 and mask[ids["End_None"]]
 
 
-@pytest.mark.parametrize("hold_limit", [None, 2 * TICKS_PER_BAR])
-def test_sampling_under_the_mask_decodes_cleanly(hold_limit):
-    tok = GrooveTokenizer()
-    tok.hold_limit = hold_limit
+@pytest.mark.parametrize("hold_bars", [None, 2])
+def test_sampling_under_the_mask_decodes_cleanly(tok, hold_bars):
     rng = np.random.default_rng(1)
     longest = 0
     for _ in range(5):
-        state, ids = tok.constraint_state(), []
+        state, ids = tok.constraint_state(hold_bars), []
+        assert state.hold_limit == (None if hold_bars is None else hold_bars * TICKS_PER_BAR)
         for _ in range(400):
             allowed = np.flatnonzero(state.allowed())
             idx = int(rng.choice(allowed))
@@ -78,10 +77,22 @@ def test_sampling_under_the_mask_decodes_cleanly(hold_limit):
         assert sum(len(t.notes) for t in report.music.tracks) > 0
         assert report.music.resolution == TICKS_PER_BEAT
         longest = max([longest] + [n.duration for t in report.music.tracks for n in t.notes])
-    if hold_limit is None:
+    if hold_bars is None:
         assert longest > 2 * TICKS_PER_BAR  # random sampling leaves notes on
     else:
-        assert longest <= hold_limit
+        assert longest <= hold_bars * TICKS_PER_BAR
+
+
+def test_hold_bars_is_a_policy_of_each_grammar_not_of_the_tokenizer(tok):
+    held, free, none = tok.constraint_state(hold_bars=3), tok.constraint_state(), tok.constraint_state(hold_bars=0)
+    assert held.hold_limit == 3 * TICKS_PER_BAR and free.hold_limit is None and none.hold_limit is None
+    assert tok.holds_notes and "hold" not in tok.to_dict()["config"]  # nothing saved, nothing shared
+    ids = tok.vocab.ids
+    for state in (held, free):
+        for token in ["Start_None", "NoteOn_bass:40"] + ["TimeShift_2:00"] * 6:
+            state.advance(ids[token])
+    assert np.flatnonzero(held.allowed()).tolist() == [ids["NoteOff_bass:40"]]  # held 3 bars: closed
+    assert free.allowed()[ids["TimeShift_2:00"]]
 
 
 def test_hold_limit_closes_long_notes_in_sampling_only(tok):

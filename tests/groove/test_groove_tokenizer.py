@@ -186,3 +186,23 @@ def test_bad_input(tok, tmp_path, midi_folder):
         tok.encode(12)
     report = tok.encode_folder(midi_folder, progress=False)
     assert len(report.encoded) == 4 and {p.name for p in report.failed} == {"empty.mid", "not_midi.mid"}
+
+
+def test_write_midi_is_muspys_writer_and_notes_are_in_beats(tok, tmp_path):
+    ids = tok.encode(make_music(PIECE))
+    tok.write_midi(ids, tmp_path / "a.mid")
+    tok.decode(ids).write_midi(str(tmp_path / "b.mid"))
+    assert (tmp_path / "a.mid").read_bytes() == (tmp_path / "b.mid").read_bytes()
+    notes = tok.notes(ids)
+    assert {n.track for n in notes} == {"bass", "drums", "accompaniment"}
+    bass = sorted((n.start, n.end, n.pitch) for n in notes if n.track == "bass")
+    assert bass == sorted((start / 12, end / 12, pitch) for start, end, pitch in PIECE["bass"])
+    assert {n.velocity for n in notes} == {80}
+
+
+def test_groove_has_no_chords_and_no_fill_in_the_middle(tok):
+    with pytest.raises(ValueError, match="chords need a REMI model with chord tokens; this one uses GrooveTokenizer"):
+        tok.chord_id(None)
+    with pytest.raises(ValueError, match="fill in the middle needs a REMI model; this one uses GrooveTokenizer"):
+        tok.arrange(tok.encode(make_music(PIECE)), 0, 1)
+    assert tok.infill_markers() is None

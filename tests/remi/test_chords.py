@@ -5,12 +5,15 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pytest
 from chorder import Dechorder
 from miditoolkit import Note
 from remi_helpers import make_midi
 
+from remi import REMITokenizer
 from remi.chords import beat_chords, window_chords
 from remi.vocab import chord_token
+from tokenization.chords import chord_name
 
 
 def _reference(chord) -> tuple | None:
@@ -71,3 +74,12 @@ def test_chord_tokens_where_the_chord_changes(tok):
     strings = tok.tokens_to_strings(tok.encode(make_midi(c_major + f_major + [(12, 1, 72, 60)])))
     chords = [(strings[i - 1], s) for i, s in enumerate(strings) if s.startswith("Chord")]
     assert chords == [("Tempo_119", "Chord_C_M"), ("Beat_8", "Chord_F_M")]  # Beat_0, Tempo, Chord
+
+
+def test_chord_ids_through_the_tokenizer_contract():
+    tok = REMITokenizer()
+    assert tok.chord_id((9, "m")) == tok.vocab["Chord_A_m"] == tok.vocab[chord_token(9, "m")]
+    assert tok.chord_id(None) == tok.vocab["Chord_N_N"]
+    assert [chord_name(c) for c in ((0, "M"), (10, "/o7"), None)] == ["C_M", "A#_/o7", "N_N"]
+    with pytest.raises(ValueError, match="unknown chord quality 'maj9'"):
+        tok.chord_id((0, "maj9"))

@@ -111,3 +111,12 @@ def test_crops_with_fim_never_score_the_two_placed_markers(fim, song):
     assert any(end in targets.tolist() for _, targets in samples)  # the end of the middle is learnt
     with pytest.raises(ValueError, match="no fill-in-the-middle tokens"):
         CropDataset([np.asarray(song)], REMITokenizer(), crop_len=128, fim_rate=0.5)
+
+
+def test_the_tokenizer_contract_gives_the_markers_and_the_arrangement(fim, song):
+    assert fim.infill_markers() == marker_ids(fim) == tuple(fim.vocab[t] for t in ("Infill_Hole", "Infill_Fill",
+                                                                                    "Infill_End"))
+    assert REMITokenizer().infill_markers() is None
+    assert fim.arrange(song, 2, 3) == arrange(fim, song, 2, 3)
+    with pytest.raises(ValueError, match="not all in the piece"):
+        fim.arrange(song, 0, len(fim.bar_starts(song)) + 1)

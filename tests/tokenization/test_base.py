@@ -5,7 +5,7 @@ import miditoolkit
 import numpy as np
 import pytest
 
-from tokenization import BaseTokenizer, ConstraintState, TokenizationError, Vocab, load_midi
+from tokenization import BaseTokenizer, ConstraintState, PieceNote, TokenizationError, Vocab, load_midi
 
 
 class AnyPitchState(ConstraintState):
@@ -42,7 +42,7 @@ class PitchTokenizer(BaseTokenizer):
     def transpose(self, ids, semitones):
         return self.strings_to_ids(f"Pitch_{int(s[6:]) + semitones}" for s in self.tokens_to_strings(ids))
 
-    def constraint_state(self):
+    def _constraint_state(self, hold_bars):
         return AnyPitchState(self.vocab_size)
 
     def _build_vocab_tokens(self):
@@ -130,3 +130,29 @@ def test_folder_run_reports_bad_files_and_continues(midi_folder):
     report = PitchTokenizer().encode_folder(midi_folder, progress=False)
     assert len(report.encoded) == 4
     assert {p.name for p in report.failed} == {"empty.mid", "not_midi.mid"}
+
+
+def test_a_format_that_does_not_hold_notes_refuses_a_hold_limit():
+    tok = PitchTokenizer()
+    assert isinstance(tok.constraint_state(), AnyPitchState)
+    assert isinstance(tok.constraint_state(hold_bars=0), AnyPitchState)  # 0: no limit
+    with pytest.raises(ValueError, match="a hold limit applies to groove models; this one uses PitchTokenizer"):
+        tok.constraint_state(hold_bars=2)
+
+
+def test_write_midi_and_notes_of_any_format(tmp_path):
+    tok = PitchTokenizer()
+    ids = tok.strings_to_ids(["Pitch_60", "Pitch_64", "Pitch_67"])
+    tok.write_midi(ids, tmp_path / "piece.mid")
+    again = miditoolkit.MidiFile(str(tmp_path / "piece.mid"))
+    assert [n.pitch for n in again.instruments[0].notes] == [60, 64, 67]
+    assert tok.notes(ids) == [PieceNote("program 0", float(i), float(i + 1), p, 64) for i, p in enumerate((60, 64, 67))]
+
+
+def test_format_features_name_the_format_that_lacks_them():
+    tok = PitchTokenizer()
+    with pytest.raises(ValueError, match="chords need a REMI model with chord tokens; this one uses PitchTokenizer"):
+        tok.chord_id((0, "M"))
+    with pytest.raises(ValueError, match="fill in the middle needs a REMI model; this one uses PitchTokenizer"):
+        tok.arrange([2, 3, 4], 0, 1)
+    assert tok.infill_markers() is None
