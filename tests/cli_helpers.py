@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import pickle
 import socket
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import miditoolkit
+import numpy as np
 import torch
 
+from data.pop1k7 import RELEASE_REMI
 from training.checkpoint import save_checkpoint
 from training.config import RunConfig
 from model import MusicPerformer
@@ -80,3 +83,43 @@ def band_midi(path: Path, bars: int = 4) -> Path:
         midi.instruments.append(inst)
     midi.dump(str(path))
     return path
+
+
+# ------------------------------------------------------------------------------ a Pop1K7 release
+I = np.int64  # the release pickles Tempo and Note_Velocity values as numpy.int64
+
+# A song as the release stores it (events/src_00X/N.pkl): a plain list of {name, value} dicts.
+SONG = [
+    ("Bar", None), ("Beat", 0), ("Chord", "N_N"), ("Tempo", I(110)),
+    ("Beat", 4), ("Chord", "A_m7"), ("Note_Pitch", 57), ("Note_Velocity", I(60)), ("Note_Duration", 960),
+    ("Note_Pitch", 64), ("Note_Velocity", I(61)), ("Note_Duration", 0),  # duration 0 occurs in the release
+    ("Bar", None), ("Beat", 0), ("Tempo", I(121)), ("Chord", "C_M"),
+    ("Note_Pitch", 60), ("Note_Velocity", I(40)), ("Note_Duration", 1920),
+    ("Bar", None), ("EOS", None),
+]
+SONGS = {f"src_00{1 + i % 4}/{i + 1}": SONG for i in range(8)}  # song numbers unique across src folders
+
+
+def release_token(name, value):
+    """An event as the vocabulary's token string."""
+    return f"{name}_{value}"
+
+
+def write_release(root, songs=SONGS):
+    """The release layout: midi_analyzed/ and representations/.../ailab17k_from-scratch_remi/."""
+    remi = root / RELEASE_REMI
+    events = sorted({release_token(n, v) for song in songs.values() for n, v in song})
+    event2idx = {e: i for i, e in enumerate(events)}
+    idx2event = {i: e for e, i in event2idx.items()}
+    remi.mkdir(parents=True)
+    with open(remi / "dictionary.pkl", "wb") as f:
+        pickle.dump((event2idx, idx2event), f)
+    for name, song in songs.items():
+        for sub in ("events", "words"):
+            (remi / sub / name).parent.mkdir(parents=True, exist_ok=True)
+        with open(remi / "events" / f"{name}.pkl", "wb") as f:
+            pickle.dump([{"name": n, "value": v} for n, v in song], f)
+        np.save(remi / "words" / f"{name}.npy", np.array([event2idx[release_token(n, v)] for n, v in song]))
+        (root / "midi_analyzed" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "midi_analyzed" / f"{name}.mid").write_bytes(b"MThd")  # present in the release, not read
+    return remi

@@ -10,7 +10,6 @@ import pytest
 
 from data import SPLITS, build_pop1k7_corpus
 from data.pop1k7 import (
-    RELEASE_REMI,
     events_to_ids,
     locate_release,
     read_dictionary,
@@ -18,20 +17,10 @@ from data.pop1k7 import (
     read_words,
     strings_to_ids,
 )
+from cli_helpers import SONG, SONGS, release_token as _token, write_release
 from remi import REMITokenizer
 from tokenization import TokenizationError
 
-I = np.int64  # the release pickles Tempo and Note_Velocity values as numpy.int64
-
-# A song as the release stores it (events/src_00X/N.pkl): a plain list of {name, value} dicts.
-SONG = [
-    ("Bar", None), ("Beat", 0), ("Chord", "N_N"), ("Tempo", I(110)),
-    ("Beat", 4), ("Chord", "A_m7"), ("Note_Pitch", 57), ("Note_Velocity", I(60)), ("Note_Duration", 960),
-    ("Note_Pitch", 64), ("Note_Velocity", I(61)), ("Note_Duration", 0),  # duration 0 occurs in the release
-    ("Bar", None), ("Beat", 0), ("Tempo", I(121)), ("Chord", "C_M"),
-    ("Note_Pitch", 60), ("Note_Velocity", I(40)), ("Note_Duration", 1920),
-    ("Bar", None), ("EOS", None),
-]
 EXPECTED = [
     "Bar_None", "Beat_0", "Chord_N_N", "Tempo_110",
     "Beat_4", "Chord_A_m7", "Note_Pitch_57", "Note_Velocity_60", "Note_Duration_960",
@@ -41,31 +30,6 @@ EXPECTED = [
     "EOS_None",  # the trailing empty bar is dropped
 ]
 REMAPS = {"Note_Velocity_61 -> Note_Velocity_62": 1, "Tempo_121 -> Tempo_122": 1}
-SONGS = {f"src_00{1 + i % 4}/{i + 1}": SONG for i in range(8)}  # song numbers unique across src folders
-
-
-def _token(name, value):
-    return f"{name}_{value}"
-
-
-def write_release(root, songs=SONGS):
-    """The release layout: midi_analyzed/ and representations/.../ailab17k_from-scratch_remi/."""
-    remi = root / RELEASE_REMI
-    events = sorted({_token(n, v) for song in songs.values() for n, v in song})
-    event2idx = {e: i for i, e in enumerate(events)}
-    idx2event = {i: e for e, i in event2idx.items()}
-    remi.mkdir(parents=True)
-    with open(remi / "dictionary.pkl", "wb") as f:
-        pickle.dump((event2idx, idx2event), f)
-    for name, song in songs.items():
-        for sub in ("events", "words"):
-            (remi / sub / name).parent.mkdir(parents=True, exist_ok=True)
-        with open(remi / "events" / f"{name}.pkl", "wb") as f:
-            pickle.dump([{"name": n, "value": v} for n, v in song], f)
-        np.save(remi / "words" / f"{name}.npy", np.array([event2idx[_token(n, v)] for n, v in song]))
-        (root / "midi_analyzed" / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / "midi_analyzed" / f"{name}.mid").write_bytes(b"MThd")  # present in the release, not read
-    return remi
 
 
 def test_release_pickle_is_a_plain_list_with_numpy_values(tmp_path):
@@ -74,7 +38,7 @@ def test_release_pickle_is_a_plain_list_with_numpy_values(tmp_path):
     assert b"multiarray" in path.read_bytes()  # numpy.int64 values need numpy's scalar global
     events = read_song(path)
     assert events == [(n, None if v is None else (int(v) if isinstance(v, np.integer) else v)) for n, v in SONG]
-    assert all(type(v) is not I for _, v in events)  # numpy scalars come back as Python numbers
+    assert all(type(v) is not np.int64 for _, v in events)  # numpy scalars come back as Python numbers
     tok = REMITokenizer(time_signatures=False)
     assert tok.tokens_to_strings(events_to_ids(events, tok, "song")) == EXPECTED
     with_meters = REMITokenizer(time_signatures=True)
