@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
                       threads_argument)
+from generation.request import GenerationRequest
 from generation.sampling import NUCLEUS_SCOPES, SamplingConfig
 from model import resolve_device
 from training.checkpoint import load_model, run_dir_of
@@ -343,14 +344,11 @@ def run_quality(args: argparse.Namespace) -> None:
         pieces, names = held_out_pieces(args, first)
         real = real_pieces_from_ids(pieces, names, first.tokenizer, args.real_pieces, args.seed)
         reference = f"held-out pieces of {args.corpus or first.config.data.root}"
-    options = []
-    for _, ckpt in models:
-        defaults = ckpt.config.generate
-        sampling = SamplingConfig.from_defaults(defaults, args.top_p, args.temperature, args.nucleus)
-        options.append(QualityOptions(
-            modes=MODES if args.mode == "both" else (args.mode,), pieces=args.pieces,
-            tokens=args.tokens or first.config.generate.tokens, prompt_bars=args.prompt_bars,
-            sampling=sampling, seed=args.seed, full_real=args.full_real, progress=not args.no_progress))
+    request = GenerationRequest(top_p=args.top_p, temperature=args.temperature, nucleus=args.nucleus)
+    option = QualityOptions(modes=MODES if args.mode == "both" else (args.mode,), pieces=args.pieces,
+                            tokens=args.tokens or first.config.generate.tokens, prompt_bars=args.prompt_bars,
+                            request=request, seed=args.seed, full_real=args.full_real, progress=not args.no_progress)
+    options = [option] * len(models)
     print(evaluate_quality(models, options, real, reference, Path(args.out), generated), end="")
 
 
@@ -377,10 +375,10 @@ def run_form(args: argparse.Namespace) -> None:
              zip(names, pieces, real_pieces_from_ids(pieces, names, ckpt.tokenizer, len(pieces), 0))]
     labelled, placement = label_songs(songs, ckpt.tokenizer, Path(data.source), structure,
                                       corpus.summary.get("songs", {}))
-    sampling = SamplingConfig.from_defaults(ckpt.config.generate, args.top_p, args.temperature)
     options = FormOptions(pieces=args.pieces, form_pieces=args.form_pieces, tokens=args.tokens,
                           max_len=args.max_len, restate=RESTATE if args.restate is None else args.restate,
-                          sampling=sampling, seed=args.seed, progress=not args.no_progress)
+                          request=GenerationRequest(top_p=args.top_p, temperature=args.temperature), seed=args.seed,
+                          progress=not args.no_progress)
     text, figures = evaluate_form(label, ckpt, labelled[:args.songs], placement, options, Path(args.out))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))

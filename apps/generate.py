@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> None:
     device = resolve_device(args.device)
     ckpt = load_model(request.checkpoint(args.checkpoint), device)
     plan = request.plan(ckpt, parsed)
+    logger.info("%s", plan.describe())
     results = plan.run(ckpt.model, device, progress=not args.no_progress)
     audio = None if args.no_audio else AudioConfig(soundfont=args.soundfont)
     with AtomicOutputs() as outputs:  # every sample's files appear together, or none

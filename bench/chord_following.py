@@ -14,7 +14,7 @@ bar (the chord in force at each bar's first beat, as the tokenizer recognised it
 Each generated bar's chord is recognised again from its notes (`evaluation.chords`) and compared with
 the requested one by root and family. Writes chord_following.csv (per song and way) and
 chord_following.md (the table), and prints the table. One torch.Generator seeded once drives the
-draws; the model's own sampling defaults are used.
+draws; each piece is a generation request (generation.request) with the model's own sampling defaults.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from tqdm.auto import tqdm
 
 from data import load_corpus
 from evaluation.chords import chord_agreement, real_progressions, recognised_chords
-from generation.chords import ChordSteer, chord_name
-from generation.pieces import bar_stop, first_bars, keep_bars, start_ids, strip_eos
-from generation.sampling import SamplingConfig, generate
+from generation.chords import chord_name, chord_symbol
+from generation.pieces import first_bars, strip_eos
+from generation.request import GenerationRequest
 from training.checkpoint import load_model
 
 PROMPT_BARS = 4  # bars of the real song prompting a continuation
@@ -55,7 +55,6 @@ def main() -> None:
     ckpt = load_model(args.checkpoint)
     tokenizer, model = ckpt.tokenizer, ckpt.model
     corpus = load_corpus(Path(args.corpus))
-    sampling = SamplingConfig.from_defaults(ckpt.config.generate)
     generator = torch.Generator().manual_seed(args.seed)
     songs = []
     for ids, name in zip(corpus.pieces("test"), corpus.names("test")):
@@ -66,12 +65,11 @@ def main() -> None:
     rows = []
     for name, ids, requested in tqdm(songs, desc="songs", unit="song"):
         for way in WAYS:
-            prompt = first_bars(tokenizer, ids, PROMPT_BARS) if way == "continuation" else start_ids(tokenizer)
-            bars_from = len(prompt) if way == "continuation" else 0
-            steer = None if way == "free" else ChordSteer(tokenizer, requested, bars_from)
-            result = generate(model, tokenizer, prompt, 40 * BARS * 4, sampling, generator,
-                              stop=bar_stop(tokenizer, bars_from, BARS), steer=steer)
-            result = keep_bars(tokenizer, result, bars_from, BARS)
+            request = GenerationRequest(  # as spe-generate --chords "..." --bars BARS asks
+                prompt_ids=first_bars(tokenizer, ids, PROMPT_BARS) if way == "continuation" else None,
+                chords=None if way == "free" else " ".join(map(chord_symbol, requested)),
+                bars=BARS, tokens=40 * BARS * 4)
+            result = request.plan(ckpt, request.check()).run(model, model.head.weight.device, generator=generator)[0]
             first_bar = PROMPT_BARS if way == "continuation" else 0
             recognised = recognised_chords(tokenizer, result.tokens, first_bar, BARS)
             rows.append({"song": name, "way": way, "agreement": chord_agreement(requested, recognised),

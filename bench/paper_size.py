@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
-from generation.sampling import Decoder, SamplingConfig, seeded_generator
+from generation.request import GenerationRequest
 from model import resolve_device
 from training.checkpoint import load_model
 from training.config import load_config
@@ -118,11 +118,10 @@ def generate_pieces(run: Path, folder: Path, args: argparse.Namespace) -> None:
     """Unconditional pieces as one batch, their token files rewritten after every chunk."""
     ckpt = load_model(run, resolve_device("auto"))
     tokenizer = ckpt.tokenizer
-    sampling = SamplingConfig.from_defaults(ckpt.config.generate)
-    generator = seeded_generator(args.seed, ckpt.model.head.weight.device)
-    prompt = [tokenizer.start_id]  # an unprompted piece (generation.pieces.start_ids, which needs muspy)
-    decoder = Decoder(ckpt.model, tokenizer, prompt, args.samples, sampling, generator,
-                      capacity=len(prompt) + args.tokens)
+    request = GenerationRequest(tokens=args.tokens, num_samples=args.samples, seed=args.seed)  # unprompted pieces
+    plan = request.plan(ckpt, request.check())
+    sampling = plan.sampling
+    decoder = plan.decoder(ckpt.model, ckpt.model.head.weight.device)
     deadline = time.perf_counter() + 60.0 * args.generate_minutes
     folder.mkdir(parents=True, exist_ok=True)
     done = 0

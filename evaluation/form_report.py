@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,11 +32,10 @@ from evaluation.along import Along, along, bar_token_counts
 from evaluation.form import (FormScore, LabelledSong, form_score, memory_gain, plot_self_similarity,
                              self_similarity, summary)
 from evaluation.quality_metrics import from_midi
-from generation.form import FormSteer, form_budget
+from generation.form import form_budget
 from generation.outputs import AtomicOutputs
-from generation.pieces import bar_stop, keep_bars, start_ids
-from generation.sampling import SamplingConfig, generate, generate_batch
-from tokenization.form import Phrase, form_bars, form_text
+from generation.request import GenerationRequest
+from tokenization.form import Phrase, form_text
 
 
 @dataclass
@@ -46,7 +45,7 @@ class FormOptions:
     tokens: int  # token cap of an unconditional piece
     max_len: int  # tokens of a song read for the NLL and memory measures
     restate: float  # generation.form: probability that a returning bar restates its first occurrence's
-    sampling: SamplingConfig  # nucleus / temperature
+    request: GenerationRequest  # top-p, temperature as asked (None: the model's); form and tokens set per piece
     seed: int  # seed of the noise and sampling
     progress: bool = True  # show progress bars
 
@@ -93,8 +92,8 @@ def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placemen
     with AtomicOutputs() as outputs:
         unconditional = []
         if options.pieces:
-            results = generate_batch(model, tokenizer, start_ids(tokenizer), options.tokens, options.pieces,
-                                     options.sampling, generator, progress=options.progress)
+            request = replace(options.request, tokens=options.tokens, num_samples=options.pieces)
+            results = request.plan(ckpt, request.check()).run(model, device, options.progress, generator)
             for i, result in enumerate(results):
                 name = f"unconditional_{i:03d}"
                 tokenizer.write_midi(result.tokens, outputs.temp(out_dir / "generated" / f"{name}.mid"))
@@ -102,11 +101,9 @@ def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placemen
         with_form = []
         for song in tqdm(songs[:options.form_pieces], desc=f"{label}: with a form", unit="piece",
                          disable=not options.progress):
-            steer = FormSteer(tokenizer, song.phrases, 0, options.restate, options.seed)
-            bars = form_bars(song.phrases)
-            result = generate(model, tokenizer, start_ids(tokenizer), form_budget(song.phrases, 0, None, 0),
-                              options.sampling, generator, stop=bar_stop(tokenizer, 0, bars), steer=steer)
-            result = keep_bars(tokenizer, result, 0, bars)
+            request = replace(options.request, form=form_text(song.phrases), restate=options.restate,
+                              seed=options.seed, tokens=form_budget(song.phrases, 0, None, 0))  # as --form asks
+            result = request.plan(ckpt, request.check()).run(model, device, generator=generator)[0]
             name = f"form_{song.name}"
             tokenizer.write_midi(result.tokens, outputs.temp(out_dir / "generated" / f"{name}.mid"))
             with_form.append(measure_ids(tokenizer, name, result.tokens, song.phrases, 0))

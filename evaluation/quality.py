@@ -12,14 +12,14 @@ Two modes, each comparing generated pieces with real ones measured the same way:
 Real pieces are the held-out split of the checkpoint's corpus or any folder of MIDI files (tokenised with
 the checkpoint's tokenizer), so that both sides are on the same grid; `full_real` measures the whole
 real pieces instead of the same number of tokens. Generation is recurrent and grammar-constrained
-(generation.sampling); one torch.Generator seeded once drives every draw, so a run is reproducible.
+(generation.request, as spe-generate asks); one torch.Generator seeded once drives every draw, so a run is reproducible.
 """
 
 from __future__ import annotations
 
 import csv
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -31,7 +31,7 @@ from generation.outputs import AtomicOutputs
 from generation.pieces import first_bars, piece_ids, next_bar_time, start_ids, strip_eos
 from evaluation.along import Along, along, bar_token_counts, write_along_outputs
 from evaluation.quality_metrics import METRICS, SUB_BEATS_PER_QUARTER, from_midi, piece_metrics
-from generation.sampling import SamplingConfig, generate
+from generation.request import GenerationRequest
 from tokenization import BaseTokenizer, TokenizationError, midi_files
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class QualityOptions:
     pieces: int  # generated pieces per model and mode
     tokens: int  # new tokens per generated piece
     prompt_bars: int  # bars of a real piece used as a continuation prompt
-    sampling: SamplingConfig  # nucleus / temperature / constraints
+    request: GenerationRequest  # top-p, temperature, nucleus as asked (None: the model's); prompt and tokens set per piece
     seed: int  # seed of the sampling generator
     full_real: bool = False  # measure whole real pieces (default: as many tokens as the generated ones)
     progress: bool = True  # show progress bars
@@ -181,7 +181,8 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
                          start: list[int], midi_dir: Path, outputs: AtomicOutputs) -> list[QualityRow]:
     """Generate `options.pieces` pieces per mode, write them as MIDI, and measure them."""
     tokenizer, model = ckpt.tokenizer, ckpt.model
-    generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
+    device = model.head.weight.device
+    generator = torch.Generator(device=device).manual_seed(options.seed)
     rows = []
     for mode in options.modes:
         if mode == "unconditional":
@@ -197,7 +198,8 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
                 raise ValueError(f"no real piece has more than {options.prompt_bars} bars to prompt with")
         for name, prompt, cut in tqdm(jobs, desc=f"{label}: {mode}", unit="piece",
                                       disable=not options.progress):
-            result = generate(model, tokenizer, prompt, options.tokens, options.sampling, generator)
+            request = replace(options.request, tokens=options.tokens, prompt_ids=None if prompt is start else prompt)
+            result = request.plan(ckpt, request.check()).run(model, device, generator=generator)[0]
             tokenizer.write_midi(result.tokens, outputs.temp(midi_dir / f"{name}.mid"))
             rows.append(QualityRow(mode, label, name, *measure_piece(tokenizer, result.tokens, cut)))
     return rows
@@ -271,8 +273,9 @@ def evaluate_quality(models: Sequence[tuple[str, Any]], options: Sequence[Qualit
                 rows += generate_and_measure(label, ckpt, real, option, start,
                                              out_dir / "generated" / label.replace("/", "_"), outputs)
         length = "whole pieces" if first.full_real else "cut to the same number of tokens"
-        sampling = ", ".join(f"{label}: top_p {o.sampling.top_p:g}, temperature {o.sampling.temperature:g}"
-                             for (label, _), o in zip(models, options))
+        chosen = [o.request.sampling(ckpt.config.generate) for (_, ckpt), o in zip(models, options)]
+        sampling = ", ".join(f"{label}: top_p {s.top_p:g}, temperature {s.temperature:g}"
+                             for (label, _), s in zip(models, chosen))
         notes = {
             "unconditional": f"{first.pieces} pieces of {first.tokens} new tokens from the start token "
                              f"vs {reference} ({length}); {sampling}, seed {first.seed}.",

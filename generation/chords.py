@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tokenization import BaseTokenizer
-from tokenization.chords import Chord, chord_name  # noqa: F401  (chord_name: also this module's interface)
+from tokenization.chords import CHORD_ROOTS, Chord, chord_name  # noqa: F401  (chord_name: also this module's interface)
 from tokenization.midi_io import load_midi, tick_to_seconds
 
 FREE = "free"  # in a ChordSteer's list: a bar whose chord the model chooses
@@ -63,6 +63,13 @@ def parse_chord(symbol: str) -> Chord:
                          f"one of the qualities {', '.join(repr(q) for q in QUALITIES)}, or N")
     letter, accidental, quality = match.groups()
     return (LETTERS[letter] + {"": 0, "#": 1, "b": -1}[accidental]) % 12, QUALITIES[quality]
+
+
+def chord_symbol(chord: Chord) -> str:
+    """A chord as the lead-sheet symbol `parse_chord` reads back (roots with #)."""
+    if chord is None:
+        return "N"
+    return CHORD_ROOTS[chord[0]] + next(symbol for symbol, remi in QUALITIES.items() if remi == chord[1])
 
 
 def parse_progression(text: str) -> list[Chord]:

@@ -76,6 +76,7 @@ class GenerationRequest:
     hold_bars: int | None = None  # groove: close any note held this many bars (0: no limit)
     num_samples: int = 1  # samples decoded as one batch
     render: str = "file"  # with a prompt: "file" (the prompt's own file, new bars changed) or "tokens"
+    prompt_ids: list[int] | None = None  # a prompt already in the model's tokens (an evaluation's real piece)
 
     def __post_init__(self) -> None:
         for name in ("prompt", "chords_file", "chords_midi"):
@@ -85,6 +86,8 @@ class GenerationRequest:
     def check(self, limits: Limits | None = None) -> Parsed:
         """Every check that needs no model, each bad input refused with one line; the parsed parts."""
         limits = limits or Limits()
+        if self.prompt is not None and self.prompt_ids is not None:
+            raise ValueError("give a prompt file or prompt ids, not both")
         self._check_numbers(limits)
         self._check_prompt(limits)
         if self.render not in RENDERS:
@@ -109,8 +112,7 @@ class GenerationRequest:
         chords = parsed.chords
         if parsed.annotation is not None:
             chords = place_annotation(parsed.annotation, self.chords_midi or self.prompt, tokenizer)
-        sampling = SamplingConfig.from_defaults(defaults, self.top_p, self.temperature, self.nucleus,
-                                                constrained=self.constrained, hold_bars=self.hold_bars)
+        sampling = self.sampling(defaults)
         budget = capped(defaults.tokens if self.tokens is None else self.tokens, limits)
         seed = check_seed(defaults.seed if self.seed is None else self.seed)
         bars, job, song, tracks = self.bars, None, None, []
@@ -126,9 +128,12 @@ class GenerationRequest:
             kept = PROMPT_BARS if self.prompt_bars is None else self.prompt_bars
             prompt = opening_bars(tokenizer, song, None if kept == ALL else kept, self.prompt.name)
             self._check_prompt_ids(prompt, limits)
+        elif self.prompt_ids is not None:
+            prompt = [int(i) for i in self.prompt_ids]
         else:
             prompt = start_ids(tokenizer)
-        bars_from = len(prompt) if self.prompt is not None else 0
+        prompted = self.prompt is not None or self.prompt_ids is not None
+        bars_from = len(prompt) if prompted else 0
         if parsed.annotation is not None and self.chords_midi is None:  # the prompt's song: follow it after the prompt
             prompt_bars = len(tokenizer.bar_starts(prompt))
             if len(chords) <= prompt_bars:
@@ -139,7 +144,7 @@ class GenerationRequest:
         if parsed.phrases is not None:  # bars count from the piece's first: the prompt's bars are the form's first
             steer = form_steer(tokenizer, parsed.phrases, parsed.form_chords,
                                RESTATE if self.restate is None else self.restate, seed, steer)
-            kept = len(tokenizer.bar_starts(prompt)) if self.prompt else 0
+            kept = len(tokenizer.bar_starts(prompt)) if prompted else 0
             budget = capped(form_budget(parsed.phrases, kept, self.tokens, defaults.tokens), limits)
             check_bars(form_bars(parsed.phrases) - kept, limits, "the form")
             bars_from, bars = 0, form_bars(parsed.phrases)
@@ -155,6 +160,11 @@ class GenerationRequest:
         return Plan(tokenizer=tokenizer, prompt=prompt, budget=budget, steer=steer, sampling=sampling, seed=seed,
                     num_samples=self.num_samples, bars_from=bars_from, bars=bars, job=job, sections=sections,
                     own=own_file(tokenizer, self.prompt, self.render, tail), tail=tail, tracks=tracks, song=song)
+
+    def sampling(self, defaults: Any) -> SamplingConfig:
+        """The sampling of this request with a model's `generate` defaults (its config section)."""
+        return SamplingConfig.from_defaults(defaults, self.top_p, self.temperature, self.nucleus,
+                                            constrained=self.constrained, hold_bars=self.hold_bars)
 
     # ------------------------------------------------------------------------------ checks
     def _check_numbers(self, limits: Limits) -> None:
@@ -314,15 +324,20 @@ class Plan:
         return Decoder(model, self.tokenizer, self.prompt, self.num_samples, self.sampling, self.generator(device),
                        capacity=len(self.prompt) + self.budget, steer=self.steer)
 
-    def run(self, model: Any, device: torch.device, progress: bool = False) -> list[GenerationResult]:
-        """Decode every sample and finish it."""
-        logger.info("generating %d sample(s) of up to %d tokens after a %d-token prompt (top_p=%g, nucleus over "
-                    "each %s, temperature=%g, %s, seed %d)", self.num_samples, self.budget, len(self.prompt),
-                    self.sampling.top_p, self.sampling.nucleus, self.sampling.temperature,
-                    "constrained" if self.sampling.constrained else "unconstrained", self.seed)
+    def describe(self) -> str:
+        """One line on what is decoded and how."""
+        sampling = self.sampling
+        return (f"generating {self.num_samples} sample(s) of up to {self.budget} tokens after a {len(self.prompt)}-token "
+                f"prompt (top_p={sampling.top_p:g}, nucleus over each {sampling.nucleus}, temperature="
+                f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}, seed {self.seed})")
+
+    def run(self, model: Any, device: torch.device, progress: bool = False,
+            generator: torch.Generator | None = None) -> list[GenerationResult]:
+        """Decode every sample and finish it; `generator`: one shared by several plans (an evaluation's
+        pieces drawn in turn), else one seeded with the plan's seed."""
         results = generate_batch(model, self.tokenizer, self.prompt, self.budget, self.num_samples, self.sampling,
-                                 generator=self.generator(device), progress=progress, stop=self.stop(),
-                                 steer=self.steer)
+                                 generator=generator or self.generator(device), progress=progress,
+                                 stop=self.stop(), steer=self.steer)
         return [self.finish(result) for result in results]
 
     def finish(self, result: GenerationResult) -> GenerationResult:

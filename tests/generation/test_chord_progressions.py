@@ -135,3 +135,10 @@ def test_chords_are_recognised_again_from_the_notes():
     assert recognised_chords(tokenizer, ids, 2, 4)[2:] == [None, None]  # past the notes
     assert chord_agreement(expected, recognised_chords(tokenizer, ids, 0, 4)) == 1.0
     assert chord_agreement(parse_progression("C A Dm Gm"), expected) == 0.5  # A major, G minor differ
+
+
+def test_a_chord_symbol_reads_back_as_the_same_chord():
+    from generation.chords import QUALITIES, chord_symbol, parse_chord
+
+    chords = [None] + [(root, quality) for root in range(12) for quality in QUALITIES.values()]
+    assert [parse_chord(chord_symbol(chord)) for chord in chords] == chords
