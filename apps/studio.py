@@ -4,13 +4,15 @@
 
 Choose a model (the shipped `pretrained/` one or a run directory), optionally upload a MIDI prompt (its
 first bars, or the whole song to continue after its end), optionally give chords to follow (one per
-bar), set the length (bars or tokens), temperature, top-p, seed and number of samples, press
+bar) or a form, set the length (bars or tokens), temperature, top-p, nucleus scope, end policy, hold
+limit (band models), restatement (forms), seed and number of samples, press
 Generate (or give a bar range of the uploaded song and press Infill to rewrite those bars): the page
 shows the progress, then the piano roll, an audio player and the files (MIDI, WAV, OGG, tokens) of the
 selected sample. Continue extends every sample (only the new tokens are decoded), Undo goes back one
 step. With a groove model and an uploaded band MIDI, the style similarity of each quarter of the
 continuation to the uploaded piece is shown. It listens on 127.0.0.1 only unless --host says otherwise.
-The work is done by `apps.studio_session`; this module is the page.
+The work is done by `apps.studio_session`, which builds the same `generation.request.GenerationRequest`
+as spe-generate; this module is the page.
 """
 
 from __future__ import annotations
