@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -81,9 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="bars of each piece used as prompt (default: %(default)s)")
     groove.add_argument("--tokens", type=int, default=1024,
                         help="length of prompt + continuation (default: %(default)s)")
-    groove.add_argument("--temperature", type=finite_float, default=0.6,
-                        help="softmax temperature (default: %(default)s)")
-    groove.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus mass (default: %(default)s)")
+    groove.add_argument("--temperature", type=finite_float, default=None,
+                        help="softmax temperature (default: the model's, as generate.py)")
+    groove.add_argument("--top-p", type=finite_float, default=None,
+                        help="nucleus mass (default: the model's, as generate.py)")
     groove.add_argument("--full-length", action=argparse.BooleanOptionalAction, default=None,
                         help="forbid the End token: every continuation runs to --tokens; --no-full-length lets "
                              "it end (default: the model's, as generate.py)")
@@ -254,8 +254,9 @@ def run_groove(args: argparse.Namespace) -> None:
     from evaluation.groove import (GrooveOptions, band_pieces, evaluate_groove, real_continuation_rows,
                                    write_groove_outputs)
     set_threads(args.threads)
-    if args.hold_bars is not None and args.hold_bars < 0:
-        raise ValueError(f"--hold-bars must be >= 0, got {args.hold_bars}")
+    request = GenerationRequest(top_p=args.top_p, temperature=args.temperature, hold_bars=args.hold_bars,
+                                end=None if args.full_length is None else not args.full_length)
+    request.check()  # a bad value is refused before anything loads
     models = load_models(args, token_format="groove")
     skipped = []
     if args.real is not None:
@@ -270,19 +271,12 @@ def run_groove(args: argparse.Namespace) -> None:
         pieces, names = pieces[:args.max_pieces], names[:args.max_pieces]
     else:
         pieces, names = held_out_pieces(args, models[0][1])
-    options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed,
-                            full_length=bool(args.full_length),
-                            sampling=SamplingConfig(top_p=args.top_p, temperature=args.temperature),
+    options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed, request=request,
                             progress=not args.no_progress)
     continued = []  # each continuation's length and held notes, the songs' own first
     rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options, continued=continued)  # the ceiling
     for label, ckpt in models:  # each model samples with its own defaults unless the options say otherwise
-        defaults = ckpt.config.generate
-        hold = defaults.hold_bars if args.hold_bars is None else args.hold_bars
-        sampling = replace(options.sampling, hold_bars=hold or None)
-        full = not defaults.end if args.full_length is None else args.full_length
-        rows += evaluate_groove(label, ckpt, pieces, names, replace(options, full_length=full, sampling=sampling),
-                                continued)
+        rows += evaluate_groove(label, ckpt, pieces, names, options, continued)
     print(write_groove_outputs(rows, Path(args.out), skipped, continued), end="")
 
 

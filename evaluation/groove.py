@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from generation.outputs import AtomicOutputs
 from generation.own_file import new_notes
 from generation.pieces import first_bars, next_bar_time
-from generation.sampling import SamplingConfig, generate, without_end
+from generation.request import GenerationRequest
 from groove.roles import TRACKS, piece_from_midi
 from tokenization import BaseTokenizer, TokenizationError, declared_meters, load_midi, midi_files
 
@@ -62,9 +62,10 @@ LONG_BARS = 2  # a note held longer than this many 4/4 bars counts as a drone
 class GrooveOptions:
     tokens: int = 1024  # length of each piece: prompt + continuation, in tokens
     prompt_bars: int = 2  # bars of the held-out piece that prompt the continuation
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # nucleus / temperature / hold limit
     seed: int = 0  # seed of the positional noise and of sampling
-    full_length: bool = False  # forbid the End token, so every continuation runs to `tokens` (else it may end)
+    # top-p, temperature, end policy and hold limit as asked (None: the model's, as spe-generate samples);
+    # the prompt and the tokens are set per piece
+    request: GenerationRequest = field(default_factory=GenerationRequest)
     progress: bool = True  # show a progress bar
 
 
@@ -73,12 +74,12 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
     """Similarity rows of one model over the held-out pieces (pieces too short are skipped); with
     `continued`, each continuation's length and held notes are appended to it."""
     tokenizer, model = ckpt.tokenizer, ckpt.model
-    generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
-    steer = without_end(tokenizer.eos_id) if options.full_length else None
+    device = model.head.weight.device
+    generator = torch.Generator(device=device).manual_seed(options.seed)
 
     def continue_prompt(prompt: list[int], ids: list[int]) -> list[int]:
-        return generate(model, tokenizer, prompt, options.tokens - len(prompt), options.sampling, generator,
-                        steer=steer).tokens
+        request = replace(options.request, prompt_ids=prompt, tokens=options.tokens - len(prompt))
+        return request.plan(ckpt, request.check()).run(model, device, generator=generator)[0].tokens
 
     return _similarity_rows(label, tokenizer, pieces, names, options, continue_prompt, continued)
 
