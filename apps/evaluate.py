@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
                       threads_argument)
 from generation.request import GenerationRequest
-from generation.sampling import NUCLEUS_SCOPES, SamplingConfig
+from generation.sampling import NUCLEUS_SCOPES
 from model import resolve_device
 from training.checkpoint import load_model, run_dir_of
 from tokenization import BaseTokenizer, format_of
