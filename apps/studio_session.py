@@ -92,8 +92,7 @@ class Request:
     def generation(self, infill: str | None = None) -> GenerationRequest:
         """The generation request of these settings (`infill`: the bars to rewrite, for Infill). With
         chords or a form the length is theirs, so the length box is not part of the request."""
-        if self.unit not in UNITS:
-            raise StudioError(f"length unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
+        check_unit(self.unit)
         sized = not (self.chords.strip() or self.form.strip() or infill)
         return GenerationRequest(
             prompt=self.prompt, prompt_bars=None if infill else ALL if self.whole_prompt else self.prompt_bars,
@@ -162,6 +161,12 @@ END_CHOICES = {MODEL_CHOICE: None, "may end": True, "write all": False}  # the p
 def optional(value: Any, read: Callable[[Any], Any]) -> Any:
     """None for an empty field, else `read(value)`."""
     return None if value is None or value == "" else read(value)
+
+
+def check_unit(unit: str) -> None:
+    """A StudioError unless `unit` is one of the page's length units."""
+    if unit not in UNITS:
+        raise StudioError(f"length unit must be one of {', '.join(UNITS)}, got {unit!r}")
 
 
 def whole_number(value: Any, name: str, default: int) -> int:
@@ -288,8 +293,7 @@ class StudioSession:
         if self.plan.job is not None:
             raise StudioError("an infill keeps the rest of the song as it is: press Generate to continue a piece")
         torch.set_num_threads(self.threads)
-        if unit not in UNITS:
-            raise StudioError(f"length unit must be one of {', '.join(UNITS)}, got {unit!r}")
+        check_unit(unit)
         try:  # the same bounds and messages as a new piece's length
             GenerationRequest(**{unit: int(length)}).check(LIMITS)
         except ValueError as error:

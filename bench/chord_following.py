@@ -53,7 +53,7 @@ def main() -> None:
                      f"or as pretrained/pop909/README.md says)")
     torch.set_num_threads(args.threads)  # a recurrent step is tiny: more threads rarely help
     ckpt = load_model(args.checkpoint)
-    tokenizer, model = ckpt.tokenizer, ckpt.model
+    tokenizer = ckpt.tokenizer
     corpus = load_corpus(Path(args.corpus))
     generator = torch.Generator().manual_seed(args.seed)
     songs = []
@@ -69,7 +69,7 @@ def main() -> None:
                 prompt_ids=first_bars(tokenizer, ids, PROMPT_BARS) if way == "continuation" else None,
                 chords=None if way == "free" else " ".join(map(chord_symbol, requested)),
                 bars=BARS, tokens=40 * BARS * 4)
-            result = request.plan(ckpt, request.check()).run(model, model.head.weight.device, generator=generator)[0]
+            result = request.run(ckpt, generator)[0]
             first_bar = PROMPT_BARS if way == "continuation" else 0
             recognised = recognised_chords(tokenizer, result.tokens, first_bar, BARS)
             rows.append({"song": name, "way": way, "agreement": chord_agreement(requested, recognised),

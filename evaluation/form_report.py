@@ -93,7 +93,7 @@ def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placemen
         unconditional = []
         if options.pieces:
             request = replace(options.request, tokens=options.tokens, num_samples=options.pieces)
-            results = request.plan(ckpt, request.check()).run(model, device, options.progress, generator)
+            results = request.run(ckpt, generator, options.progress)
             for i, result in enumerate(results):
                 name = f"unconditional_{i:03d}"
                 tokenizer.write_midi(result.tokens, outputs.temp(out_dir / "generated" / f"{name}.mid"))
@@ -103,7 +103,7 @@ def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placemen
                          disable=not options.progress):
             request = replace(options.request, form=form_text(song.phrases), restate=options.restate,
                               seed=options.seed, tokens=form_budget(song.phrases, 0, None, 0))  # as --form asks
-            result = request.plan(ckpt, request.check()).run(model, device, generator=generator)[0]
+            result = request.run(ckpt, generator)[0]
             name = f"form_{song.name}"
             tokenizer.write_midi(result.tokens, outputs.temp(out_dir / "generated" / f"{name}.mid"))
             with_form.append(measure_ids(tokenizer, name, result.tokens, song.phrases, 0))

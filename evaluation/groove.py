@@ -74,12 +74,11 @@ def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: 
     """Similarity rows of one model over the held-out pieces (pieces too short are skipped); with
     `continued`, each continuation's length and held notes are appended to it."""
     tokenizer, model = ckpt.tokenizer, ckpt.model
-    device = model.head.weight.device
-    generator = torch.Generator(device=device).manual_seed(options.seed)
+    generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
 
     def continue_prompt(prompt: list[int], ids: list[int]) -> list[int]:
         request = replace(options.request, prompt_ids=prompt, tokens=options.tokens - len(prompt))
-        return request.plan(ckpt, request.check()).run(model, device, generator=generator)[0].tokens
+        return request.run(ckpt, generator)[0].tokens
 
     return _similarity_rows(label, tokenizer, pieces, names, options, continue_prompt, continued)
 

@@ -181,8 +181,7 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
                          start: list[int], midi_dir: Path, outputs: AtomicOutputs) -> list[QualityRow]:
     """Generate `options.pieces` pieces per mode, write them as MIDI, and measure them."""
     tokenizer, model = ckpt.tokenizer, ckpt.model
-    device = model.head.weight.device
-    generator = torch.Generator(device=device).manual_seed(options.seed)
+    generator = torch.Generator(device=model.head.weight.device).manual_seed(options.seed)
     rows = []
     for mode in options.modes:
         if mode == "unconditional":
@@ -199,7 +198,7 @@ def generate_and_measure(label: str, ckpt: Any, real: Sequence[RealPiece], optio
         for name, prompt, cut in tqdm(jobs, desc=f"{label}: {mode}", unit="piece",
                                       disable=not options.progress):
             request = replace(options.request, tokens=options.tokens, prompt_ids=None if prompt is start else prompt)
-            result = request.plan(ckpt, request.check()).run(model, device, generator=generator)[0]
+            result = request.run(ckpt, generator)[0]
             tokenizer.write_midi(result.tokens, outputs.temp(midi_dir / f"{name}.mid"))
             rows.append(QualityRow(mode, label, name, *measure_piece(tokenizer, result.tokens, cut)))
     return rows

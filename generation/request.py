@@ -134,8 +134,8 @@ class GenerationRequest:
             prompt = start_ids(tokenizer)
         prompted = self.prompt is not None or self.prompt_ids is not None
         bars_from = len(prompt) if prompted else 0
+        prompt_bars = len(tokenizer.bar_starts(prompt)) if prompted else 0  # bars the piece starts with
         if parsed.annotation is not None and self.chords_midi is None:  # the prompt's song: follow it after the prompt
-            prompt_bars = len(tokenizer.bar_starts(prompt))
             if len(chords) <= prompt_bars:
                 raise ValueError(f"the chord annotation has {len(chords)} bars, all within the prompt's "
                                  f"{prompt_bars}: nothing is left to follow")
@@ -144,9 +144,8 @@ class GenerationRequest:
         if parsed.phrases is not None:  # bars count from the piece's first: the prompt's bars are the form's first
             steer = form_steer(tokenizer, parsed.phrases, parsed.form_chords,
                                RESTATE if self.restate is None else self.restate, seed, steer)
-            kept = len(tokenizer.bar_starts(prompt)) if prompted else 0
-            budget = capped(form_budget(parsed.phrases, kept, self.tokens, defaults.tokens), limits)
-            check_bars(form_bars(parsed.phrases) - kept, limits, "the form")
+            budget = capped(form_budget(parsed.phrases, prompt_bars, self.tokens, defaults.tokens), limits)
+            check_bars(form_bars(parsed.phrases) - prompt_bars, limits, "the form")
             bars_from, bars = 0, form_bars(parsed.phrases)
             logger.info("form %s: %d bars", form_text(parsed.phrases), bars)
         if job is not None:
@@ -160,6 +159,17 @@ class GenerationRequest:
         return Plan(tokenizer=tokenizer, prompt=prompt, budget=budget, steer=steer, sampling=sampling, seed=seed,
                     num_samples=self.num_samples, bars_from=bars_from, bars=bars, job=job, sections=sections,
                     own=own_file(tokenizer, self.prompt, self.render, tail), tail=tail, tracks=tracks, song=song)
+
+    def run(self, ckpt: Any, generator: torch.Generator | None = None, progress: bool = False
+            ) -> list[GenerationResult]:
+        """Check, plan and decode in one go, on the device of the checkpoint's weights (an evaluation's
+        pieces, drawn in turn with its shared `generator`)."""
+        return self.plan(ckpt, self.check()).run(ckpt.model, ckpt.model.head.weight.device, progress, generator)
+
+    @property
+    def per_label(self) -> bool:
+        """Whether the chords are given per label of a form ("A: C G; B: F")."""
+        return self.chords is not None and ":" in self.chords
 
     def sampling(self, defaults: Any) -> SamplingConfig:
         """The sampling of this request with a model's `generate` defaults (its config section)."""
@@ -200,7 +210,7 @@ class GenerationRequest:
         """The prompt file: present, not empty, within the size limit, a MIDI file."""
         if self.prompt is None:
             return
-        path = Path(self.prompt)
+        path = self.prompt
         if not path.is_file():
             raise ValueError(f"prompt file not found: {path}")
         size = path.stat().st_size
@@ -239,11 +249,10 @@ class GenerationRequest:
     def _form(self) -> tuple[list | None, list | None]:
         """The phrases of the form (None without one) and, when the chords are given per label, the
         chord of every bar of the form (None otherwise)."""
-        per_label = self.chords is not None and ":" in self.chords
         if self.form is None:
             if self.restate is not None:
                 raise ValueError("restate applies to a form: give a form")
-            if per_label:
+            if self.per_label:
                 raise ValueError("chords per label (A: ...) need a form")
             return None, None
         for name, given in (("bars", self.bars), ("a chords file", self.chords_file)):
@@ -262,7 +271,7 @@ class GenerationRequest:
             raise ValueError("a chords MIDI places the chords of a chords file: give that file too")
         if self.chords is None and self.chords_file is None:
             return None, None
-        if self.form is not None and self.chords is not None and ":" in self.chords:
+        if self.form is not None and self.per_label:
             return None, None  # chords per label: see _form
         if self.chords is not None:
             return parse_progression(self.chords), None
