@@ -39,7 +39,7 @@ from data import load_corpus
 from evaluation.chords import real_progressions, recognised_chords
 from evaluation.quality import measure
 from generation.chords import family
-from generation.infill import SUFFIX_TOKENS, BarsWithNotes, InfillJob
+from generation.infill import LEAD_BARS, SUFFIX_TOKENS, BarsWithNotes, InfillJob
 from generation.pieces import bar_stop, keep_bars, strip_eos
 from generation.sampling import SamplingConfig, generate
 from model import IGNORE_INDEX
@@ -121,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--suffix-tokens", type=int, default=SUFFIX_TOKENS,
                         help="the suffix the FIM model reads, in tokens of whole bars; 0: all of it "
                              "(default: %(default)s)")
+    parser.add_argument("--lead-bars", type=int, default=LEAD_BARS,
+                        help="bars before the span the FIM model reads after the suffix, right before the span "
+                             "(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of infill.{csv,md}")
@@ -144,18 +147,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     for index, (name, song) in enumerate(tqdm(songs[:args.songs], desc="songs", unit="song")):
         bars = len(tokenizer.bar_starts(song))
         first = int(rng.integers(MARGIN, bars - MARGIN - args.bars + 1))
-        job = InfillJob.of(tokenizer, song, (first + 1, first + args.bars), args.suffix_tokens or None)
+        job = InfillJob.of(tokenizer, song, (first + 1, first + args.bars), args.suffix_tokens or None,
+                           args.lead_bars)
         middle = job.parts.middle
         both = job.prompt + middle + [marker_ids(tokenizer)[2]]
-        left = job.parts.prefix + middle
+        left = job.parts.before + middle
         nll = {"nll_both_sides": span_nll(fim.model, both, len(job.prompt), len(job.prompt) + len(middle), index),
-               "nll_left_only": span_nll(fim.model, left, len(job.parts.prefix), len(left), index),
-               "nll_plain_left_only": span_nll(plain.model, left, len(job.parts.prefix), len(left), index)}
+               "nll_left_only": span_nll(fim.model, left, len(job.parts.before), len(left), index),
+               "nll_plain_left_only": span_nll(plain.model, left, len(job.parts.before), len(left), index)}
         sampling = SamplingConfig.from_defaults(fim.config.generate)
         filled = job.restore(generate(fim.model, tokenizer, job.prompt, 200 * args.bars, sampling, generator,
                                       stop=bar_stop(tokenizer, len(job.prompt), args.bars), steer=job.steer()))
-        start = len(job.parts.prefix)
-        continued = generate(plain.model, plain.tokenizer, job.parts.prefix, 200 * args.bars,
+        start = len(job.parts.before)
+        continued = generate(plain.model, plain.tokenizer, job.parts.before, 200 * args.bars,
                              SamplingConfig.from_defaults(plain.config.generate), generator,
                              stop=bar_stop(tokenizer, start, args.bars),
                              steer=BarsWithNotes(plain.tokenizer, start, args.bars))
@@ -163,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         span = (first, first + args.bars)
         real_join = None
         for source, ids in (("real", middle), ("fim", job.middle(filled)), ("plain", continued)):
-            last, after = recognised_chords(tokenizer, job.parts.prefix + ids + job.parts.suffix, span[1] - 1, 2)
+            last, after = recognised_chords(tokenizer, job.parts.before + ids + job.parts.suffix, span[1] - 1, 2)
             join = move(last, after)
             real_join = join if source == "real" else real_join
             row = {"song": name, "source": source, "first_bar": first + 1, **nll,
@@ -195,7 +199,8 @@ def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
         return f"{np.nanmean(values):.3f} ± {np.nanstd(values):.3f}"
 
     lines = [f"`python -m bench.infill --checkpoint {args.checkpoint} --plain {args.plain} --corpus {args.corpus} "
-             f"--songs {args.songs} --bars {args.bars} --suffix-tokens {args.suffix_tokens} --seed {args.seed}`: {len(real)} held-out songs, one span "
+             f"--songs {args.songs} --bars {args.bars} --suffix-tokens {args.suffix_tokens} --lead-bars {args.lead_bars} "
+             f"--seed {args.seed}`: {len(real)} held-out songs, one span "
              f"of {args.bars} bars each", "",
              "NLL of the real span (nats per token, mean ± std over songs):", "",
              "| FIM model, both sides | FIM model, left only | gain of the suffix | plain model, left only |",

@@ -33,6 +33,9 @@ class CropDataset(Dataset):
     piece one crop covers, and otherwise a full crop: a piece's last positions and its end token are then
     trained about as often as its middle ones, instead of once in as many draws as the piece has bar
     starts with a full crop after them (a 6,000-token song at crops of 2,048: once in about 55). With
+    ``start_crops`` the crop that starts at the piece's first bar is drawn first, with the same
+    probability: a song's opening (its first bars, after the meter that only a song's start has) is then
+    trained as often as its end, not once per bar start. With
     ``max_bars`` the crop also stops before the
     ``max_bars``-th bar after its start (the paper's "at most 48 bars"). The transposition is drawn
     uniformly from ``-transpose .. +transpose`` (the paper: 6 for REMI, 5 for Groove2Groove), re-drawn
@@ -52,6 +55,7 @@ class CropDataset(Dataset):
         fim_rate: float = 0.0,
         end_crops: bool = False,
         fim_suffix_tokens: int | None = None,
+        start_crops: bool = False,
     ):
         if not len(pieces):
             raise ValueError("CropDataset needs at least one piece")
@@ -67,6 +71,7 @@ class CropDataset(Dataset):
         self.fim_rate = fim_rate  # fraction of crops rearranged for fill in the middle (REMI with markers)
         self.fim_suffix_tokens = fim_suffix_tokens  # a rearranged crop's suffix is at most this long (None: any)
         self.end_crops = end_crops  # draw the crop reaching the piece's end with probability crop_len / length
+        self.start_crops = start_crops  # draw the crop at the piece's first bar with probability crop_len / length
         self.unscored = marker_ids(tokenizer)[:2] if fim_rate > 0 else ()  # markers that are never targets
         self.epoch = 0  # set by set_epoch; part of every draw's seed
         self.bar_starts = [self._starts(p) for p in self.pieces]  # per piece: sorted bar start indices
@@ -105,6 +110,8 @@ class CropDataset(Dataset):
         """A bar start of the piece: one leaving a full crop, or the first one after them."""
         starts = self.bar_starts[piece_index]
         length = len(self.pieces[piece_index])
+        if self.start_crops and rng.random() < min(1.0, self.crop_len / length):
+            return int(starts[0])
         full = int(np.searchsorted(starts, length - (self.crop_len + 1), side="right"))  # starts with a full crop
         count = min(full + 1, len(starts))  # ... and the next one, whose crop reaches the end
         if self.end_crops and full < count:

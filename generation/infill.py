@@ -2,8 +2,9 @@
 
 The song is rearranged for fill in the middle (``BaseTokenizer.arrange``, an ``Arrangement`` of
 ``tokenization.infill``; REMI's is ``remi.infill``): the model reads the bars before the
-range, ``Infill_Hole``, the bars after it and ``Infill_Fill``, then writes as many bars as the range
-holds. Every other bar is kept token for token, and the result is put back in time order.
+range but the last ``LEAD_BARS``, ``Infill_Hole``, the bars after the range, ``Infill_Fill`` and those
+last bars (the lead), then writes as many bars as the range holds. Every other bar is kept token for
+token, and the result is put back in time order.
 
 Of the bars after the range the model reads only the first ones, within ``SUFFIX_TOKENS`` tokens: the
 fine-tune's suffixes are the rest of a 2,048-token crop, and a whole song's suffix (thousands of tokens)
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 INFILL_MODEL = "pop909_infill"  # the shipped fill-in-the-middle model, used when the default has no markers
 SUFFIX_TOKENS = 512  # the model reads the whole bars after the range that fit in this many tokens (at least one)
+LEAD_BARS = 4  # bars before the range read after the suffix, right before the range (bench.infill --lead-bars)
 
 
 def parse_bar_range(text: str) -> tuple[int, int]:
@@ -82,25 +84,26 @@ class InfillJob:
 
     @classmethod
     def of(cls, tokenizer: BaseTokenizer, ids: Sequence[int], span: tuple[int, int],
-           suffix_tokens: int | None = SUFFIX_TOKENS) -> InfillJob:
+           suffix_tokens: int | None = SUFFIX_TOKENS, lead_bars: int = LEAD_BARS) -> InfillJob:
         """ValueError when the tokenizer has no markers or the range is not all in the song;
-        `suffix_tokens`: how much of the suffix the model reads, in whole bars (None: all of it)."""
+        `suffix_tokens`: how much of the suffix the model reads, in whole bars (None: all of it);
+        `lead_bars`: the bars before the range read right before it (``Arrangement.lead``)."""
         marker_ids(tokenizer)
         have = len(tokenizer.bar_starts(list(ids)))
         if span[1] > have:
             raise ValueError(f"infill bars {span[0]}-{span[1]}: the song has {have} bars")
-        parts = tokenizer.arrange(ids, span[0] - 1, span[1] - span[0] + 1)
+        parts = tokenizer.arrange(ids, span[0] - 1, span[1] - span[0] + 1, lead_bars)
         suffix = parts.suffix if suffix_tokens is None else bars_within(tokenizer, parts.suffix, suffix_tokens)
-        read = Arrangement(prefix=parts.prefix, middle=parts.middle, suffix=suffix)
+        read = Arrangement(prefix=parts.prefix, middle=parts.middle, suffix=suffix, lead=parts.lead)
         return cls(tokenizer, parts, span[0], span[1] - span[0] + 1, read)
 
     @property
     def prompt(self) -> list[int]:
-        """What the model reads before writing the bars: prefix, hole, the suffix's first bars, fill."""
+        """What the model reads before writing the bars: prefix, hole, the suffix's first bars, fill, lead."""
         return self.read.prompt(self.tokenizer)
 
     def steer(self) -> BarsWithNotes:
-        return BarsWithNotes(self.tokenizer, len(self.prompt), self.bars)
+        return BarsWithNotes(self.tokenizer, len(self.prompt), self.bars, open_with_bar=True)
 
     def restore(self, result: GenerationResult) -> GenerationResult:
         """The song in time order with the new bars in the range (prompt_len: the bars before it)."""
@@ -112,13 +115,13 @@ class InfillJob:
                                    f"to rewrite: nothing was written (give more tokens)")
         middle = [t for t in result.tokens[start:end] if t not in marker_ids(self.tokenizer)
                   and t != self.tokenizer.eos_id]
-        tokens = self.parts.prefix + middle + self.parts.suffix + [self.tokenizer.eos_id]
-        return GenerationResult(tokens=tokens, prompt_len=len(self.parts.prefix), stopped_at_eos=False,
+        tokens = self.parts.before + middle + self.parts.suffix + [self.tokenizer.eos_id]
+        return GenerationResult(tokens=tokens, prompt_len=len(self.parts.before), stopped_at_eos=False,
                                 seconds=result.seconds, noise_length=result.noise_length)
 
     def middle(self, restored: GenerationResult) -> list[int]:
         """The rewritten bars of a restored result."""
-        return restored.tokens[len(self.parts.prefix):len(restored.tokens) - self.tail]
+        return restored.tokens[len(self.parts.before):len(restored.tokens) - self.tail]
 
     @property
     def tail(self) -> int:
@@ -137,10 +140,12 @@ class BarsWithNotes:
     """A steer for the bars being written (by an infill, or any continuation of `bars` bars): no end of
     piece before `bars` bars, no bar line before the
     current bar has a note (so every rewritten bar has notes), and no meter change (the bars after the
-    range are in the meter at its start)."""
+    range are in the meter at its start). With `open_with_bar` the first token written is a bar line:
+    an infill's prompt may end inside the bar before the range (its lead), which is the song's own."""
 
-    def __init__(self, tokenizer: BaseTokenizer, start: int, bars: int) -> None:
+    def __init__(self, tokenizer: BaseTokenizer, start: int, bars: int, open_with_bar: bool = False) -> None:
         self.start, self.bars = start, bars  # index of the first written token; bars to write
+        self.open_with_bar = open_with_bar  # nothing is added to the bar the prompt ends in
         self.bar = tokenizer.bar_id
         markers = tokenizer.infill_markers()
         end = [] if markers is None else [markers[2]]  # Infill_End
@@ -149,6 +154,10 @@ class BarsWithNotes:
 
     def __call__(self, tokens: Sequence[int], allowed: np.ndarray) -> np.ndarray:
         tail = np.asarray(tokens[self.start:], dtype=np.int64)
+        if self.open_with_bar and not len(tail) and allowed[self.bar]:
+            narrowed = np.zeros_like(allowed)
+            narrowed[self.bar] = True
+            return narrowed
         starts = np.flatnonzero(tail == self.bar)
         if len(starts) > self.bars:
             return allowed

@@ -2,11 +2,14 @@
 
 A left-to-right model cannot see what comes after the bars it writes. Rearranged as
 
-    prefix  Infill_Hole  suffix  Infill_Fill  middle  Infill_End
+    prefix  Infill_Hole  suffix  Infill_Fill  [lead]  middle  Infill_End
 
 a piece puts the bars to rewrite (the middle) last, after the bars that follow them (the suffix): a causal
 model then writes the middle having read both sides. This is the prefix-suffix-middle order of Bavarian
 et al. (2022), "Efficient training of language models to fill in the middle", with spans of whole bars.
+At generation the last bars before the middle (the lead) can be moved behind the suffix, so that the
+middle follows them directly: the hole is then at the lead's first bar line, and the grammar and the
+restored order are those of a middle of lead + middle bars.
 
 * :func:`arrange` cuts a piece's ids at bar lines into that order (the generation prompt is everything
   up to ``Infill_Fill``; ``REMITokenizer.arrange``, the tokenizer contract's, calls it); the
@@ -35,9 +38,11 @@ MAX_SPAN_BARS = 8  # longest middle fim_crop draws, in bars
 MARKERS_PER_CROP = 3  # Infill_Hole, Infill_Fill and Infill_End: the tokens a rearranged crop adds
 
 
-def arrange(tokenizer: REMITokenizer, ids: Sequence[int], first_bar: int, bars: int) -> Arrangement:
+def arrange(tokenizer: REMITokenizer, ids: Sequence[int], first_bar: int, bars: int,
+            lead_bars: int = 0) -> Arrangement:
     """Cut ``ids`` around bars ``first_bar .. first_bar + bars - 1`` (0-based; ValueError when the piece
-    has fewer bars, or when the meter changes inside the span)."""
+    has fewer bars, or when the meter changes inside the span), with up to ``lead_bars`` bars before
+    the span as the lead (fewer where the piece starts sooner or the meter changes in them)."""
     ids = [int(i) for i in ids]
     starts = tokenizer.bar_starts(ids)
     if first_bar < 0 or bars < 1 or first_bar + bars > len(starts):
@@ -48,8 +53,12 @@ def arrange(tokenizer: REMITokenizer, ids: Sequence[int], first_bar: int, bars: 
     if meter_at(tokenizer, ids, begin) != meter_at(tokenizer, ids, end):
         raise ValueError(f"the meter changes inside bars {first_bar + 1}-{first_bar + bars}: fill in the "
                          "middle needs one meter across the span")
+    lead = min(lead_bars, first_bar)
+    while lead > 0 and meter_at(tokenizer, ids, starts[first_bar - lead]) != meter_at(tokenizer, ids, begin):
+        lead -= 1  # the suffix is read in the meter at the hole: the lead keeps the span's
+    cut = starts[first_bar - lead]
     suffix = [i for i in ids[end:] if i not in (tokenizer.eos_id, tokenizer.pad_id)]
-    return Arrangement(prefix=ids[:begin], middle=ids[begin:end], suffix=suffix)
+    return Arrangement(prefix=ids[:cut], middle=ids[begin:end], suffix=suffix, lead=ids[cut:begin])
 
 
 def meter_at(tokenizer: REMITokenizer, ids: Sequence[int], index: int) -> tuple[int, int]:

@@ -385,9 +385,9 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
         hole, fill, end = (self.vocab[token] for token in INFILL_TOKENS)
         return hole, fill, end
 
-    def arrange(self, ids: Sequence[int], first_bar: int, bars: int) -> Arrangement:
+    def arrange(self, ids: Sequence[int], first_bar: int, bars: int, lead_bars: int = 0) -> Arrangement:
         """``ids`` cut around a span of bars (``remi.infill.arrange``: the meter may not change inside it)."""
-        return arrange_bars(self, ids, first_bar, bars)
+        return arrange_bars(self, ids, first_bar, bars, lead_bars)
 
     # ------------------------------------------------------- shared helpers
     def transpose(self, ids: Sequence[int], semitones: int) -> list[int]:

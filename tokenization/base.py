@@ -271,8 +271,9 @@ class BaseTokenizer(ABC):
         the vocabulary has none (``tokenization.infill``)."""
         return None
 
-    def arrange(self, ids: Sequence[int], first_bar: int, bars: int) -> Arrangement:
-        """``ids`` cut around bars ``first_bar .. first_bar + bars - 1`` (0-based) for fill in the middle;
+    def arrange(self, ids: Sequence[int], first_bar: int, bars: int, lead_bars: int = 0) -> Arrangement:
+        """``ids`` cut around bars ``first_bar .. first_bar + bars - 1`` (0-based) for fill in the middle,
+        up to ``lead_bars`` bars before them read right before the middle (``Arrangement.lead``);
         a ValueError naming the format when it cannot rewrite bars that way, or when the bars are not all
         in the piece."""
         raise ValueError(f"fill in the middle needs a REMI model; this one uses {type(self).__name__}")

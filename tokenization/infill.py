@@ -3,12 +3,17 @@
 A format that can rewrite bars knowing the bars after them (REMI, ``remi.infill``) has three marker
 tokens in its vocabulary (``BaseTokenizer.infill_markers()``: where the middle was, where it starts,
 its end) and cuts a piece's ids into an :class:`Arrangement` (``BaseTokenizer.arrange``). The model
-reads ``prefix Infill_Hole suffix Infill_Fill`` and writes the middle.
+reads ``prefix Infill_Hole suffix Infill_Fill lead`` and writes the middle.
+
+The lead is the last bars before the middle, read after the suffix rather than before it: the middle
+then continues the bars right before it with nothing in between, as in a left-to-right piece, and the
+suffix sits just behind them. To the model the lead is the first bars of a longer middle (a training
+span of lead + middle bars), given rather than written.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,14 +24,20 @@ if TYPE_CHECKING:
 class Arrangement:
     """A piece cut for fill in the middle (ids; no markers in the three parts)."""
 
-    prefix: list[int]  # the bars before the span
+    prefix: list[int]  # the bars before the span (before the lead)
     middle: list[int]  # the span's bars (to rewrite)
     suffix: list[int]  # the bars after the span, without the end token
+    lead: list[int] = field(default_factory=list)  # the bars right before the span, read after Infill_Fill
+
+    @property
+    def before(self) -> list[int]:
+        """The bars before the span, in time order (prefix and lead)."""
+        return self.prefix + self.lead
 
     def prompt(self, tokenizer: BaseTokenizer) -> list[int]:
-        """``prefix Infill_Hole suffix Infill_Fill``: what a model reads before writing the middle."""
+        """``prefix Infill_Hole suffix Infill_Fill lead``: what a model reads before writing the middle."""
         hole, fill, _ = marker_ids(tokenizer)
-        return self.prefix + [hole] + self.suffix + [fill]
+        return self.prefix + [hole] + self.suffix + [fill] + self.lead
 
     def sequence(self, tokenizer: BaseTokenizer) -> list[int]:
         """The whole rearranged sequence, ``Infill_End`` included (a training sample)."""

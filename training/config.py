@@ -62,6 +62,9 @@ class DataConfig:
     # draw the crop that reaches a piece's end with probability crop_len / its length, so that endings
     # (and the end token) are trained as often as middles (data.crops.CropDataset); False: once per bar start
     end_crops: bool = False
+    # draw the crop that starts at a piece's first bar with probability crop_len / its length, so that
+    # song openings are trained as often as endings (data.crops.CropDataset); False: once per bar start
+    start_crops: bool = False
     # train with state passing (data.streams): each of train.batch_size streams reads whole songs from
     # their start in consecutive segments of crop_len tokens, and the model's recurrent state is carried
     # from one segment to the next (gradients stop at the segment's start); False: independent crops
@@ -83,9 +86,10 @@ class DataConfig:
             raise ValueError(f"data.fim_rate needs data.format=remi (fill in the middle), got {self.format}")
         if self.downbeats is not None and self.kind != "pop909":
             raise ValueError(f"data.downbeats aligns POP909's bars: it needs data.kind=pop909, got {self.kind}")
-        if self.state_passing and (self.fim_rate > 0 or self.max_bars is not None or self.end_crops):
+        if self.state_passing and (self.fim_rate > 0 or self.max_bars is not None or self.end_crops
+                                   or self.start_crops):
             raise ValueError("data.state_passing reads whole songs in order: it cannot be combined with "
-                             "data.fim_rate, data.max_bars or data.end_crops")
+                             "data.fim_rate, data.max_bars, data.end_crops or data.start_crops")
         if self.fim_suffix_tokens is not None and self.fim_rate == 0:
             raise ValueError("data.fim_suffix_tokens shapes fill-in-the-middle crops: it needs data.fim_rate > 0")
         for name in ("max_bars", "max_pieces", "fim_suffix_tokens"):

@@ -199,3 +199,38 @@ def test_end_crops_train_the_ending_as_often_as_the_middle(tok, pieces):
     plain, balanced = share_reaching_the_end(False), share_reaching_the_end(True)
     assert plain == pytest.approx(1 / (full + 1), abs=0.03)
     assert balanced == pytest.approx(crop / len(piece), rel=0.2)
+
+
+def test_start_crops_train_the_opening_as_often_as_the_ending(tok, pieces):
+    piece = max(pieces, key=len)
+    crop = 2 * CROP
+    draws = 600
+
+    def shares(start_crops: bool) -> tuple[float, float]:
+        ds = CropDataset([piece], tok, crop_len=crop, transpose=0, seed=5, samples_per_piece=draws,
+                         end_crops=True, start_crops=start_crops)
+        opening = piece[:crop + 1].tolist()
+        openings = ends = 0
+        for index in range(len(ds)):
+            inputs, targets = ds[index]
+            tokens = _crop_tokens(inputs, targets)
+            openings += tokens == opening[:len(tokens)]
+            ends += int((targets != IGNORE_INDEX).sum()) < crop
+        return openings / draws, ends / draws
+
+    starts = CropDataset([piece], tok, crop_len=crop).bar_starts[0]
+    full = int(np.searchsorted(starts, len(piece) - (crop + 1), side="right"))
+    share = crop / len(piece)
+    plain_openings, _ = shares(False)
+    openings, ends = shares(True)
+    assert plain_openings < 2 / full  # otherwise one bar start among many
+    drawn_as_any = (1 - share) * (1 - share) / full  # not drawn as the opening nor the end, then uniform
+    assert openings == pytest.approx(share + drawn_as_any, rel=0.2)
+    assert ends == pytest.approx((1 - share) * share, rel=0.3)  # the end crop is drawn from the rest
+
+
+def test_start_crops_cannot_be_combined_with_state_passing():
+    from training.config import DataConfig
+
+    with pytest.raises(ValueError, match="data.start_crops"):
+        DataConfig(kind="pop909", state_passing=True, start_crops=True).validate()

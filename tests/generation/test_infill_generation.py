@@ -68,6 +68,23 @@ def test_an_infill_keeps_every_other_bar_and_fills_the_range(fim, chorale_midi, 
             state.advance(token)
 
 
+def test_an_infill_with_a_lead_keeps_the_lead_bars_and_writes_only_the_range(fim, chorale_midi, tmp_path):
+    model = load_model(save_tiny(tmp_path / "fim_run", fim, max_len=4096), torch.device("cpu")).model
+    song = piece_ids(fim, chorale_midi)
+    job = InfillJob.of(fim, song, (4, 5), lead_bars=2)
+    starts = fim.bar_starts(song)
+    assert job.parts.lead == song[starts[1]:starts[3]] and job.prompt[-len(job.parts.lead):] == job.parts.lead
+    result = generate_batch(model, fim, job.prompt, 5000, 1, SamplingConfig(top_p=0.95, temperature=1.0),
+                            generator=seeded_generator(1, torch.device("cpu")), progress=False,
+                            stop=bar_stop(fim, len(job.prompt), job.bars), steer=job.steer())[0]
+    restored = job.restore(result)
+    assert restored.tokens[:starts[3]] == song[:starts[3]] and restored.prompt_len == starts[3]
+    assert restored.tokens[-1 - len(song[starts[5]:]):-1] == song[starts[5]:]
+    middle = job.middle(restored)
+    assert middle[0] == fim.bar_id and len(fim.bar_starts(middle)) == 2  # the lead's last bar is left as it was
+    assert middle == result.tokens[len(job.prompt):len(job.prompt) + len(middle)]
+
+
 def test_an_infill_range_beyond_the_song_is_refused(fim, chorale_midi):
     song = piece_ids(fim, chorale_midi)
     bars = len(fim.bar_starts(song))

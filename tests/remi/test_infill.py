@@ -48,6 +48,29 @@ def test_arranged_song_is_grammatical_and_restores_to_the_song(fim, song):
         [(n.start, n.pitch, n.end) for n in rearranged.instruments[0].notes]
 
 
+@pytest.mark.parametrize("lead_bars, lead", [(2, 2), (5, 3)])  # a lead reaches back to the song's start at most
+def test_a_lead_is_read_after_the_suffix_and_the_order_restores_to_the_song(fim, song, lead_bars, lead):
+    parts = arrange(fim, song, 3, 2, lead_bars)
+    starts = fim.bar_starts(song)
+    assert parts.prefix == song[:starts[3 - lead]] and parts.lead == song[starts[3 - lead]:starts[3]]
+    assert parts.before == song[:starts[3]] and parts.middle == song[starts[3]:starts[5]]
+    prompt = parts.prompt(fim)
+    hole, fill, end = marker_ids(fim)
+    assert prompt[prompt.index(fill) + 1:] == parts.lead  # the lead comes right before the middle
+    state = fim.constraint_state()
+    for token in parts.sequence(fim):
+        assert state.accepts(token), fim.vocab.token(token)
+        state.advance(token)
+    assert restore_order(parts.sequence(fim), hole, fill, end) == song
+    at_fill = fim.constraint_state()  # the middle starts where it does in the song
+    for token in prompt:
+        at_fill.advance(token)
+    in_song = fim.constraint_state()
+    for token in parts.before:
+        in_song.advance(token)
+    assert at_fill.next_bar_time() == in_song.next_bar_time()
+
+
 def test_the_middle_restarts_the_bar_clock_at_the_hole(fim, song):
     parts = arrange(fim, song, 4, 2)
     state = fim.constraint_state()
