@@ -8,6 +8,9 @@ For each held-out song of the corpus (its test split) with at least 2 * MARGIN +
 * NLL of the real span's tokens (nats per token), teacher-forced: the FIM model given both sides (the
   rearranged order of ``remi.infill``, reading the suffix's first bars within --suffix-tokens), the
   FIM model given the left side only (plain order), and the plain model given the left side only. Both sides minus left only is the gain of seeing the suffix;
+* two ceilings of what a model can take from material it has read: the FIM model with the real span
+  itself read as the suffix (``nll_span_as_suffix``; a model that copies gets it nearly free), and
+  the plain model reading the span a second time right after itself (``nll_plain_repeat``);
 * one infill by the FIM model (``generation.infill``, the model's sampling defaults), and, for
   comparison, the plain model continuing the left side for as many bars (both steered to give every
   bar notes and not to end early: ``generation.infill.BarsWithNotes``);
@@ -44,6 +47,7 @@ from generation.pieces import bar_stop, keep_bars, strip_eos
 from generation.sampling import SamplingConfig, generate
 from model import IGNORE_INDEX
 from remi.infill import marker_ids
+from tokenization.infill import Arrangement
 from training.checkpoint import load_model
 
 MARGIN = 4  # bars kept on either side of the span, at least
@@ -155,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         nll = {"nll_both_sides": span_nll(fim.model, both, len(job.prompt), len(job.prompt) + len(middle), index),
                "nll_left_only": span_nll(fim.model, left, len(job.parts.before), len(left), index),
                "nll_plain_left_only": span_nll(plain.model, left, len(job.parts.before), len(left), index)}
+        oracle = Arrangement(prefix=job.read.prefix, middle=middle, suffix=middle, lead=job.read.lead).prompt(tokenizer)
+        nll["nll_span_as_suffix"] = span_nll(fim.model, oracle + middle, len(oracle), len(oracle) + len(middle), index)
+        nll["nll_plain_repeat"] = span_nll(plain.model, left + middle, len(left), len(left) + len(middle), index)
         sampling = SamplingConfig.from_defaults(fim.config.generate)
         filled = job.restore(generate(fim.model, tokenizer, job.prompt, 200 * args.bars, sampling, generator,
                                       stop=bar_stop(tokenizer, len(job.prompt), args.bars), steer=job.steer()))
@@ -208,6 +215,13 @@ def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
              f"| {stat([r['nll_both_sides'] for r in real])} | {stat([r['nll_left_only'] for r in real])} | "
              f"{stat([r['nll_left_only'] - r['nll_both_sides'] for r in real])} | "
              f"{stat([r['nll_plain_left_only'] for r in real])} |", "",
+             "What the models take from the span when they have read it already (ceilings of the gain):", "",
+             "| FIM model, the span itself as the suffix | gain over left only | plain model, the span read "
+             "again right after itself | gain over its first reading |", "|---:|---:|---:|---:|",
+             f"| {stat([r['nll_span_as_suffix'] for r in real])} | "
+             f"{stat([r['nll_left_only'] - r['nll_span_as_suffix'] for r in real])} | "
+             f"{stat([r['nll_plain_repeat'] for r in real])} | "
+             f"{stat([r['nll_plain_left_only'] - r['nll_plain_repeat'] for r in real])} |", "",
              f"Notes kept outside the span: {np.mean([r['notes_kept'] for r in fim]):.1%} (min "
              f"{np.min([r['notes_kept'] for r in fim]):.1%}); span bars with notes: "
              f"{np.mean([r['bars_with_notes'] for r in fim]):.1%} (FIM infill).", "",

@@ -39,9 +39,11 @@ def test_the_table_and_rows_of_one_song(one_song_corpus, tmp_path):
     fim_row = next(row for row in rows if row["source"] == "fim")
     assert float(fim_row["notes_kept"]) == 1.0 and float(fim_row["bars_with_notes"]) == 1.0
     for row in rows:
-        assert float(row["nll_both_sides"]) > 0 and float(row["nll_left_only"]) > 0
+        for nll in ("nll_both_sides", "nll_left_only", "nll_span_as_suffix", "nll_plain_repeat"):
+            assert float(row[nll]) > 0
     table = (out / "infill.md").read_text()
     assert "Notes kept outside the span: 100.0%" in table and "| tokens_per_bar |" in table
+    assert "the span itself as the suffix" in table
     real = next(row for row in rows if row["source"] == "real")
     assert float(real["join_as_real"]) == 1.0 and 0 <= float(real["join"]) <= 1 and "| join |" in table
 
