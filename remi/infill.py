@@ -50,11 +50,12 @@ def arrange(tokenizer: REMITokenizer, ids: Sequence[int], first_bar: int, bars: 
                          f"{len(starts)} bars")
     begin = starts[first_bar]
     end = starts[first_bar + bars] if first_bar + bars < len(starts) else len(ids)
-    if meter_at(tokenizer, ids, begin) != meter_at(tokenizer, ids, end):
+    meter = meter_at(tokenizer, ids, begin)
+    if meter != meter_at(tokenizer, ids, end):
         raise ValueError(f"the meter changes inside bars {first_bar + 1}-{first_bar + bars}: fill in the "
                          "middle needs one meter across the span")
     lead = min(lead_bars, first_bar)
-    while lead > 0 and meter_at(tokenizer, ids, starts[first_bar - lead]) != meter_at(tokenizer, ids, begin):
+    while lead > 0 and meter_at(tokenizer, ids, starts[first_bar - lead]) != meter:
         lead -= 1  # the suffix is read in the meter at the hole: the lead keeps the span's
     cut = starts[first_bar - lead]
     suffix = [i for i in ids[end:] if i not in (tokenizer.eos_id, tokenizer.pad_id)]
