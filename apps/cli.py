@@ -95,6 +95,13 @@ def finite_float(text: str) -> float:
     return value
 
 
+def recall_argument(parser: argparse.ArgumentParser) -> None:
+    """--recall / --no-recall: the copy cache of generation.recall in sampling (None: the model's)."""
+    parser.add_argument("--recall", action=argparse.BooleanOptionalAction, default=None,
+                        help="mix a copy cache of the piece so far into sampling, so that passages come back "
+                             "(generation.recall; default: on when the model has fitted recall weights)")
+
+
 def threads_argument(parser: argparse.ArgumentParser) -> None:
     """Add --threads: CPU threads of recurrent decoding (default 1)."""
     parser.add_argument("--threads", type=int, default=1,

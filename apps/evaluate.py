@@ -27,8 +27,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
-                      threads_argument)
+from apps.cli import (OneLineParser, checkpoint_argument, finite_float, recall_argument, run_app, seed_value,
+                      set_threads, threads_argument)
 from generation.request import GenerationRequest
 from generation.sampling import NUCLEUS_SCOPES
 from model import resolve_device
@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="length of prompt + continuation (default: %(default)s)")
     groove.add_argument("--temperature", type=finite_float, default=None,
                         help="softmax temperature (default: the model's, as generate.py)")
+    recall_argument(groove)
     groove.add_argument("--top-p", type=finite_float, default=None,
                         help="nucleus mass (default: the model's, as generate.py)")
     groove.add_argument("--full-length", action=argparse.BooleanOptionalAction, default=None,
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="measure whole real pieces (default: as many tokens as generated)")
     quality.add_argument("--temperature", type=finite_float, default=None,
                          help="softmax temperature (default: the checkpoint's generate config)")
+    recall_argument(quality)
     quality.add_argument("--top-p", type=finite_float, default=None, help="nucleus mass (default: config)")
     quality.add_argument("--nucleus", choices=NUCLEUS_SCOPES, default=None,
                          help="top-p cut over the whole vocabulary or within each token type (default: config)")
@@ -158,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     form.add_argument("--restate", type=finite_float, default=None,
                       help="generation.form's restatement probability (default: generate.py's)")
     form.add_argument("--temperature", type=finite_float, default=None, help="softmax temperature (default: config)")
+    recall_argument(form)
     form.add_argument("--top-p", type=finite_float, default=None, help="nucleus mass (default: config)")
     form.add_argument("--json", default=None, metavar="FILE", help="also write the figures to FILE")
     form.set_defaults(max_pieces=None)
@@ -255,6 +258,7 @@ def run_groove(args: argparse.Namespace) -> None:
                                    write_groove_outputs)
     set_threads(args.threads)
     request = GenerationRequest(top_p=args.top_p, temperature=args.temperature, hold_bars=args.hold_bars,
+                                recall=args.recall,
                                 end=None if args.full_length is None else not args.full_length)
     request.check()  # a bad value is refused before anything loads
     models = load_models(args, token_format="groove")
@@ -338,7 +342,8 @@ def run_quality(args: argparse.Namespace) -> None:
         pieces, names = held_out_pieces(args, first)
         real = real_pieces_from_ids(pieces, names, first.tokenizer, args.real_pieces, args.seed)
         reference = f"held-out pieces of {args.corpus or first.config.data.root}"
-    request = GenerationRequest(top_p=args.top_p, temperature=args.temperature, nucleus=args.nucleus)
+    request = GenerationRequest(top_p=args.top_p, temperature=args.temperature, nucleus=args.nucleus,
+                                recall=args.recall)
     option = QualityOptions(modes=MODES if args.mode == "both" else (args.mode,), pieces=args.pieces,
                             tokens=args.tokens or first.config.generate.tokens, prompt_bars=args.prompt_bars,
                             request=request, seed=args.seed, full_real=args.full_real, progress=not args.no_progress)
@@ -371,7 +376,8 @@ def run_form(args: argparse.Namespace) -> None:
                                       corpus.summary.get("songs", {}))
     options = FormOptions(pieces=args.pieces, form_pieces=args.form_pieces, tokens=args.tokens,
                           max_len=args.max_len, restate=RESTATE if args.restate is None else args.restate,
-                          request=GenerationRequest(top_p=args.top_p, temperature=args.temperature), seed=args.seed,
+                          request=GenerationRequest(top_p=args.top_p, temperature=args.temperature,
+                                                    recall=args.recall), seed=args.seed,
                           progress=not args.no_progress)
     text, figures = evaluate_form(label, ckpt, labelled[:args.songs], placement, options, Path(args.out))
     if args.json:

@@ -19,8 +19,8 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from apps.cli import (OneLineParser, checkpoint_argument, finite_float, run_app, seed_value, set_threads,
-                      threads_argument)
+from apps.cli import (OneLineParser, checkpoint_argument, finite_float, recall_argument, run_app, seed_value,
+                      set_threads, threads_argument)
 from generation.audio import AudioConfig, load_soundfont
 from generation.form import RESTATE
 from generation.infill import INFILL_MODEL
@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hold-bars", type=int, default=None,
                         help="groove models: close any note held this many bars, 0 for no limit (default: the "
                              "model's)")
+    recall_argument(parser)
     parser.add_argument("--num-samples", type=int, default=1,
                         help="samples drawn in one batched decoding (default: %(default)s)")
     parser.add_argument("--render", choices=RENDERS, default="file",
@@ -126,7 +127,7 @@ def request_of(args: argparse.Namespace) -> GenerationRequest:
         chords_file=args.chords_file, chords_midi=args.chords_midi, form=args.form, restate=args.restate,
         tokens=args.tokens, bars=args.bars, top_p=args.top_p, temperature=args.temperature, nucleus=args.nucleus,
         seed=args.seed, constrained=not args.no_constraints, end=args.end, hold_bars=args.hold_bars,
-        num_samples=args.num_samples, render=args.render)
+        recall=args.recall, num_samples=args.num_samples, render=args.render)
 
 
 def run(args: argparse.Namespace) -> None:

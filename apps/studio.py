@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from apps.cli import OneLineParser, run_app, threads_argument
-from apps.studio_session import (END_CHOICES, MAX_SAMPLES, MAX_UPLOAD_BYTES, MODEL_CHOICE, UNITS, StudioError,
-                                 StudioSession, View, model_choices, page_request, public_message, sampling_defaults,
-                                 whole_number)
+from apps.studio_session import (END_CHOICES, MAX_SAMPLES, MAX_UPLOAD_BYTES, MODEL_CHOICE, RECALL_CHOICES, UNITS,
+                                 StudioError, StudioSession, View, model_choices, page_request, public_message,
+                                 sampling_defaults, whole_number)
 from generation.form import RESTATE
 from generation.own_file import RENDERS
 from generation.sampling import NUCLEUS_SCOPES
@@ -75,21 +75,22 @@ class Studio:
 
     def generate(self, state, model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
                  whole: bool = False, chords: str = "", form: str = "", render: str = "file", restate: Any = None,
-                 nucleus: Any = None, end: Any = None, hold_bars: Any = None, progress: Any = None) -> list[Any]:
+                 nucleus: Any = None, end: Any = None, hold_bars: Any = None, recall: Any = None,
+                 progress: Any = None) -> list[Any]:
         session = self.session(state)
         try:
             request = page_request(model, prompt, prompt_bars, length, unit, temperature, top_p, seed, samples,
-                                   whole, chords, form, render, restate, nucleus, end, hold_bars)
+                                   whole, chords, form, render, restate, nucleus, end, hold_bars, recall)
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.generate(request, _progress(progress)))
 
     def infill(self, state, model, prompt, bars, temperature, top_p, seed, samples, render: str = "file",
-               nucleus: Any = None, progress: Any = None) -> list[Any]:
+               nucleus: Any = None, recall: Any = None, progress: Any = None) -> list[Any]:
         session = self.session(state)
         try:
             request = page_request(model, prompt, 1, 1, "bars", temperature, top_p, seed, samples, render=render,
-                                   nucleus=nucleus)
+                                   nucleus=nucleus, recall=recall)
         except StudioError as error:
             return _unchanged(session, f"**Error:** {public_message(error)}")
         return self._act(session, lambda: session.infill(request, bars, _progress(progress)))
@@ -185,6 +186,8 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                                        label="Top-p cut over the whole vocabulary or within each token type")
                     end = gr.Radio(list(END_CHOICES), value=MODEL_CHOICE, elem_id="end",
                                    label="End: the model's policy, may end early, or write all that is asked")
+                    recall = gr.Radio(list(RECALL_CHOICES), value=MODEL_CHOICE, elem_id="recall",
+                                      label="Recall: copy passages of the piece so far (the model's default, on, off)")
                 with gr.Row():
                     restate = gr.Slider(0.0, 1.0, value=RESTATE, step=0.05, elem_id="restate",
                                         label="Form: share of a returning phrase's 2-bar units restated")
@@ -209,20 +212,20 @@ def build_app(workdir: Path, runs: Sequence[Path] = (), device: str = "cpu", thr
                                           label="Style similarity of the continuation's quarters to the prompt piece")
         outputs = [state, status, sample, roll, audio, downloads, similarity]
 
-        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, rs, nu, e, h, progress=gr.Progress()):
-            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, rs, nu, e, h, progress)
+        def on_generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, rs, nu, e, h, rc, progress=gr.Progress()):
+            return studio.generate(st, m, p, pb, n, u, t, tp, s, k, w, c, f, r, rs, nu, e, h, rc, progress)
 
         def on_continue(st, n, u, progress=gr.Progress()):
             return studio.continue_(st, n, u, progress)
 
-        def on_infill(st, m, p, b, t, tp, s, k, r, nu, progress=gr.Progress()):
-            return studio.infill(st, m, p, b, t, tp, s, k, r, nu, progress)
+        def on_infill(st, m, p, b, t, tp, s, k, r, nu, rc, progress=gr.Progress()):
+            return studio.infill(st, m, p, b, t, tp, s, k, r, nu, rc, progress)
 
         infill.click(on_infill, [state, model, prompt, infill_bars, temperature, top_p, seed, samples, render,
-                                 nucleus], outputs)
+                                 nucleus, recall], outputs)
         generate.click(on_generate, [state, model, prompt, prompt_bars, length, unit, temperature, top_p,
-                                     seed, samples, whole, chords, form, render, restate, nucleus, end, hold_bars],
-                       outputs)
+                                     seed, samples, whole, chords, form, render, restate, nucleus, end, hold_bars,
+                                     recall], outputs)
         extend.click(on_continue, [state, length, unit], outputs)
         model.change(lambda choice: sampling_defaults(choice, runs), [model], [temperature, top_p])
         undo.click(studio.undo, [state], outputs)

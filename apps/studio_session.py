@@ -88,6 +88,7 @@ class Request:
     nucleus: str | None = None  # top-p cut over the vocabulary ("token") or within each type ("type"); None: the model's
     end: bool | None = None  # may the model end the piece early (None: the model's own policy)
     hold_bars: int | None = None  # groove models: close any note held this many bars, 0: no limit (None: the model's)
+    recall: bool | None = None  # copy cache in sampling (generation.recall); None: the model's own
 
     def generation(self, infill: str | None = None) -> GenerationRequest:
         """The generation request of these settings (`infill`: the bars to rewrite, for Infill). With
@@ -101,7 +102,7 @@ class Request:
             tokens=self.length if sized and self.unit == "tokens" else None,
             bars=self.length if sized and self.unit == "bars" else None, top_p=self.top_p,
             temperature=self.temperature, nucleus=self.nucleus, seed=self.seed, end=self.end,
-            hold_bars=self.hold_bars, num_samples=self.num_samples, render=self.render)
+            hold_bars=self.hold_bars, recall=self.recall, num_samples=self.num_samples, render=self.render)
 
 
 @dataclass
@@ -137,12 +138,14 @@ class Step:
 def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: Any, temperature: Any,
                  top_p: Any, seed: Any, samples: Any, whole: Any = False, chords: Any = "", form: Any = "",
                  render: Any = "file", restate: Any = None, nucleus: Any = None, end: Any = None,
-                 hold_bars: Any = None) -> Request:
+                 hold_bars: Any = None, recall: Any = None) -> Request:
     """A Request from the page's raw values (numbers arrive as int, float, text or None: a client of
     the HTTP API sends what it likes); a StudioError names the field of a value that is not a number
-    of its kind. `end`: "model" (or None), "may end" or "write all"."""
-    if end not in END_CHOICES and end is not None:
-        raise StudioError(f"end must be one of {', '.join(END_CHOICES)}, got {end!r}")
+    of its kind. `end`: "model" (or None), "may end" or "write all"; `recall`: "model" (or None),
+    "on" or "off"."""
+    for name, value, choices in (("end", end, END_CHOICES), ("recall", recall, RECALL_CHOICES)):
+        if value not in choices and value is not None:
+            raise StudioError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return Request(model=model, prompt=prompt, prompt_bars=whole_number(prompt_bars, "prompt bars", 1),
                    length=whole_number(length, "length", 0), unit=str(unit or "bars"),
                    temperature=optional(temperature, lambda v: finite_number(v, "temperature")),
@@ -151,11 +154,13 @@ def page_request(model: Any, prompt: Any, prompt_bars: Any, length: Any, unit: A
                    chords=str(chords or ""), form=str(form or ""), render=str(render or "file"),
                    restate=optional(restate, lambda v: finite_number(v, "restate")),
                    nucleus=None if nucleus in (None, "", MODEL_CHOICE) else str(nucleus),
-                   end=END_CHOICES.get(end), hold_bars=optional(hold_bars, lambda v: whole_number(v, "hold bars", 0)))
+                   end=END_CHOICES.get(end), hold_bars=optional(hold_bars, lambda v: whole_number(v, "hold bars", 0)),
+                   recall=RECALL_CHOICES.get(recall))
 
 
 MODEL_CHOICE = "model"  # a choice of the page meaning: the model's own default
 END_CHOICES = {MODEL_CHOICE: None, "may end": True, "write all": False}  # the page's end choices
+RECALL_CHOICES = {MODEL_CHOICE: None, "on": True, "off": False}  # the page's recall choices
 
 
 def optional(value: Any, read: Callable[[Any], Any]) -> Any:

@@ -10,7 +10,9 @@ For each held-out song of the corpus (its test split) with at least 2 * MARGIN +
   FIM model given the left side only (plain order), and the plain model given the left side only. Both sides minus left only is the gain of seeing the suffix;
 * two ceilings of what a model can take from material it has read: the FIM model with the real span
   itself read as the suffix (``nll_span_as_suffix``; a model that copies gets it nearly free), and
-  the plain model reading the span a second time right after itself (``nll_plain_repeat``);
+  the plain model reading the span a second time right after itself (``nll_plain_repeat``); with
+  ``--recall``, every NLL is that of the model mixed with its copy cache (``generation.recall``, the
+  checkpoint's fitted weights), as sampling with recall draws;
 * one infill by the FIM model (``generation.infill``, the model's sampling defaults), and, for
   comparison, the plain model continuing the left side for as many bars (both steered to give every
   bar notes and not to end early: ``generation.infill.BarsWithNotes``);
@@ -44,6 +46,8 @@ from evaluation.quality import measure
 from generation.chords import family
 from generation.infill import LEAD_BARS, SUFFIX_TOKENS, BarsWithNotes, InfillJob
 from generation.pieces import bar_stop, keep_bars, strip_eos
+from evaluation.form import token_nll
+from generation.recall import RecallConfig, recall_nll, skip_mask
 from generation.sampling import SamplingConfig, generate
 from model import IGNORE_INDEX
 from remi.infill import marker_ids
@@ -55,8 +59,13 @@ METRICS = ("pitch_class_entropy", "polyphony", "empty_beat_rate", "tokens_per_ba
 SOURCES = ("real", "fim", "plain")  # the real bars, the FIM model's infill, the plain model's continuation
 
 
-def span_nll(model: torch.nn.Module, ids: list[int], start: int, end: int, seed: int) -> float:
-    """Mean NLL of the tokens ids[start:end] given everything before them (one seeded forward pass)."""
+def span_nll(model: torch.nn.Module, ids: list[int], start: int, end: int, seed: int,
+             recall: tuple[RecallConfig, np.ndarray] | None = None) -> float:
+    """Mean NLL of the tokens ids[start:end] given everything before them (one seeded forward pass);
+    with `recall` (its weights and the tokenizer's skip mask), under the mixture with the copy cache of
+    ids[:end] read left to right."""
+    if recall is not None:  # position p of the NLLs predicts token p + 1
+        return float(recall_nll(ids[:end], token_nll(model, ids[:end], seed), *recall)[start - 1:end - 1].mean())
     device = model.head.weight.device
     tokens = torch.as_tensor(ids[:end], device=device)[None]  # (1, L)
     targets = torch.full_like(tokens, IGNORE_INDEX)
@@ -128,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lead-bars", type=int, default=LEAD_BARS,
                         help="bars before the span the FIM model reads after the suffix, right before the span "
                              "(default: %(default)s)")
+    parser.add_argument("--recall", action="store_true",
+                        help="NLLs under each model's recall mixture (generation.recall, its fitted weights)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of infill.{csv,md}")
@@ -138,6 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     fim, plain = load_model(args.checkpoint), load_model(args.plain)
     args.plain = args.plain or plain.path.name  # the shipped default, named in the table's command
     tokenizer = fim.tokenizer
+    fim_recall = plain_recall = None
+    if args.recall:
+        fim_recall, plain_recall = (
+            (SamplingConfig.from_defaults(c.config.generate, recall=True).recall, skip_mask(c.tokenizer))
+            for c in (fim, plain))
     corpus = load_corpus(Path(args.corpus))
     rng = np.random.default_rng(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
@@ -156,12 +172,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         middle = job.parts.middle
         both = job.prompt + middle + [marker_ids(tokenizer)[2]]
         left = job.parts.before + middle
-        nll = {"nll_both_sides": span_nll(fim.model, both, len(job.prompt), len(job.prompt) + len(middle), index),
-               "nll_left_only": span_nll(fim.model, left, len(job.parts.before), len(left), index),
-               "nll_plain_left_only": span_nll(plain.model, left, len(job.parts.before), len(left), index)}
+        nll = {"nll_both_sides": span_nll(fim.model, both, len(job.prompt), len(job.prompt) + len(middle), index,
+                                          fim_recall),
+               "nll_left_only": span_nll(fim.model, left, len(job.parts.before), len(left), index, fim_recall),
+               "nll_plain_left_only": span_nll(plain.model, left, len(job.parts.before), len(left), index,
+                                               plain_recall)}
         oracle = Arrangement(prefix=job.read.prefix, middle=middle, suffix=middle, lead=job.read.lead).prompt(tokenizer)
-        nll["nll_span_as_suffix"] = span_nll(fim.model, oracle + middle, len(oracle), len(oracle) + len(middle), index)
-        nll["nll_plain_repeat"] = span_nll(plain.model, left + middle, len(left), len(left) + len(middle), index)
+        nll["nll_span_as_suffix"] = span_nll(fim.model, oracle + middle, len(oracle), len(oracle) + len(middle), index,
+                                             fim_recall)
+        nll["nll_plain_repeat"] = span_nll(plain.model, left + middle, len(left), len(left) + len(middle), index,
+                                           plain_recall)
         sampling = SamplingConfig.from_defaults(fim.config.generate)
         filled = job.restore(generate(fim.model, tokenizer, job.prompt, 200 * args.bars, sampling, generator,
                                       stop=bar_stop(tokenizer, len(job.prompt), args.bars), steer=job.steer()))
@@ -207,9 +227,10 @@ def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
 
     lines = [f"`python -m bench.infill --checkpoint {args.checkpoint} --plain {args.plain} --corpus {args.corpus} "
              f"--songs {args.songs} --bars {args.bars} --suffix-tokens {args.suffix_tokens} --lead-bars {args.lead_bars} "
-             f"--seed {args.seed}`: {len(real)} held-out songs, one span "
+             f"--seed {args.seed}{' --recall' if args.recall else ''}`: {len(real)} held-out songs, one span "
              f"of {args.bars} bars each", "",
-             "NLL of the real span (nats per token, mean ± std over songs):", "",
+             f"NLL of the real span (nats per token, mean ± std over songs){', with recall' if args.recall else ''}:",
+             "",
              "| FIM model, both sides | FIM model, left only | gain of the suffix | plain model, left only |",
              "|---:|---:|---:|---:|",
              f"| {stat([r['nll_both_sides'] for r in real])} | {stat([r['nll_left_only'] for r in real])} | "

@@ -30,6 +30,7 @@ import torch
 
 from evaluation.along import bar_contents
 from evaluation.quality_metrics import NotePiece
+from generation.recall import RecallConfig, recall_nll
 from model import MusicPerformer
 from tokenization.form import Phrase, first_occurrences
 
@@ -150,9 +151,15 @@ def token_nll(model: MusicPerformer, ids: Sequence[int], seed: int) -> np.ndarra
 
 @torch.no_grad()
 def memory_gain(model: MusicPerformer, ids: Sequence[int], bar_starts: Sequence[int], phrases: Sequence[Phrase],
-                shift: int = 0, seed: int = 0) -> Memory:
+                shift: int = 0, seed: int = 0, recall: tuple[RecallConfig, np.ndarray] | None = None) -> Memory:
     """`Memory` of one song (module docstring): `bar_starts` index its bars in `ids`, the form's bar
-    0 is its bar `shift`; phrases outside the song are left out."""
+    0 is its bar `shift`; phrases outside the song are left out. With `recall` (its config and the
+    tokenizer's skip mask) the NLLs are the model's mixed with its copy cache (generation.recall)."""
+
+    def nll(tokens: list[int]) -> np.ndarray:
+        own = token_nll(model, tokens, seed)
+        return own if recall is None else recall_nll(tokens, own, *recall)
+
     model.eval()
     ids = list(ids)
     edges = list(bar_starts) + [len(ids)]
@@ -163,7 +170,7 @@ def memory_gain(model: MusicPerformer, ids: Sequence[int], bar_starts: Sequence[
             return None
         return edges[a], edges[b]
 
-    full = token_nll(model, ids, seed)
+    full = nll(ids)
     returning = as_first = 0.0
     count = 0
     for index, source in first_occurrences(list(phrases)).items():
@@ -179,7 +186,7 @@ def memory_gain(model: MusicPerformer, ids: Sequence[int], bar_starts: Sequence[
         for a, b in cuts:
             kept[a:b] = False
         context = [t for t, keep in zip(ids[:start], kept) if keep]
-        alone = token_nll(model, context + ids[start:end], seed)[len(context) - 1:]
+        alone = nll(context + ids[start:end])[len(context) - 1:]
         returning += float(full[start - 1:end - 1].sum())
         as_first += float(alone.sum())
         count += end - start

@@ -74,6 +74,7 @@ class GenerationRequest:
     constrained: bool = True  # mask ungrammatical tokens
     end: bool | None = None  # may the model end the piece early (False: write all that is asked)
     hold_bars: int | None = None  # groove: close any note held this many bars (0: no limit)
+    recall: bool | None = None  # mix the copy cache into sampling (generation.recall); None: the model's
     num_samples: int = 1  # samples decoded as one batch
     render: str = "file"  # with a prompt: "file" (the prompt's own file, new bars changed) or "tokens"
     prompt_ids: list[int] | None = None  # a prompt already in the model's tokens (an evaluation's real piece)
@@ -174,7 +175,8 @@ class GenerationRequest:
     def sampling(self, defaults: Any) -> SamplingConfig:
         """The sampling of this request with a model's `generate` defaults (its config section)."""
         return SamplingConfig.from_defaults(defaults, self.top_p, self.temperature, self.nucleus,
-                                            constrained=self.constrained, hold_bars=self.hold_bars)
+                                            constrained=self.constrained, hold_bars=self.hold_bars,
+                                            recall=self.recall)
 
     # ------------------------------------------------------------------------------ checks
     def _check_numbers(self, limits: Limits) -> None:

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
+from generation.recall import Recall, RecallConfig, mix_logits, skip_mask
 from tokenization import BaseTokenizer, ConstraintState
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class SamplingConfig:
     constrained: bool = True  # mask the tokens the tokenizer's grammar forbids
     nucleus: str = "token"  # "token": one top_p cut over the vocabulary; "type": one per token type
     hold_bars: int | None = None  # groove formats: close any note held this many bars; None/0: no limit
+    recall: RecallConfig | None = None  # copy cache mixed into the model's distribution (None: off)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
@@ -94,15 +96,22 @@ class SamplingConfig:
     @classmethod
     def from_defaults(cls, defaults: GenerateConfig, top_p: float | None = None, temperature: float | None = None,
                       nucleus: str | None = None, constrained: bool = True,
-                      hold_bars: int | None = None) -> SamplingConfig:
+                      hold_bars: int | None = None, recall: bool | None = None) -> SamplingConfig:
         """A checkpoint's sampling defaults (its `generate` config section) with explicit values winning;
-        the hold limit (`hold_bars`, else the defaults'; 0: none) applies to constrained sampling only."""
+        the hold limit (`hold_bars`, else the defaults'; 0: none) applies to constrained sampling only;
+        recall (None: on when the checkpoint has fitted weights) needs them."""
         constrained = defaults.constrained and constrained
         hold = defaults.hold_bars if hold_bars is None else hold_bars
+        weights = defaults.recall_weights
+        if recall and weights is None:
+            raise ValueError("this model has no recall weights (generate.recall_weights): fit them with "
+                             "python -m bench.recall --checkpoint ... --write")
+        use_recall = weights is not None if recall is None else recall
         return cls(top_p=defaults.top_p if top_p is None else top_p,
                    temperature=defaults.temperature if temperature is None else temperature,
                    nucleus=defaults.nucleus if nucleus is None else nucleus,
-                   constrained=constrained, hold_bars=(hold or None) if constrained else None)
+                   constrained=constrained, hold_bars=(hold or None) if constrained else None,
+                   recall=RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag) if use_recall else None)
 
 
 @dataclass
@@ -235,6 +244,11 @@ class Decoder:
         self.logits = logits.expand(num_samples, -1)  # (B, V): next-token logits of every sample
         self.grammars = None if grammar is None else [copy.deepcopy(grammar) for _ in range(num_samples)]
         self.tokens = [list(prompt) for _ in range(num_samples)]
+        self.recalls: list[Recall] | None = None  # each sample's copy cache, the prompt read
+        if self.sampling.recall is not None:
+            recall = Recall(self.sampling.recall.orders, skip_mask(tokenizer), self.sampling.recall.min_lag)
+            recall.extend(prompt)
+            self.recalls = [copy.deepcopy(recall) for _ in range(num_samples)]
         self.finished = [False] * num_samples  # ended at EOS or by a stop condition
         self.at_eos = [False] * num_samples
         self.complete: list[int | None] = [None] * num_samples  # longest EOS-allowed length (constrained)
@@ -276,12 +290,17 @@ class Decoder:
             allowed = None
             if self.grammars is not None:
                 allowed = torch.from_numpy(self._masks(eos)).to(self.device)  # (B, V)
-            drawn = sample_next(self.logits, self.sampling.top_p, self.sampling.temperature, allowed,
+            logits = self.logits  # (B, V)
+            if self.recalls is not None:
+                logits = mix_logits(logits, self.recalls, self.sampling.recall.weights)  # (B, V) log-probs
+            drawn = sample_next(logits, self.sampling.top_p, self.sampling.temperature, allowed,
                                 self.generator, self.types).tolist()  # (B,)
             for i, token in enumerate(drawn):
                 if self.finished[i]:
                     continue
                 self.tokens[i].append(token)
+                if self.recalls is not None:
+                    self.recalls[i].append(token)
                 if token == eos:
                     self.finished[i] = self.at_eos[i] = True
                     continue
@@ -334,13 +353,15 @@ class Decoder:
     def snapshot(self) -> dict[str, Any]:
         """Everything `run` changes (tensors are never modified in place, so they are shared)."""
         return {"state": self.state, "noise": self.noise, "logits": self.logits,
-                "grammars": copy.deepcopy(self.grammars), "tokens": [list(t) for t in self.tokens],
+                "grammars": copy.deepcopy(self.grammars), "recalls": copy.deepcopy(self.recalls),
+                "tokens": [list(t) for t in self.tokens],
                 "finished": list(self.finished), "at_eos": list(self.at_eos),
                 "complete": list(self.complete), "seconds": self.seconds, "_reserved": self._reserved}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Go back to a `snapshot` of this decoder."""
         snapshot = dict(snapshot, grammars=copy.deepcopy(snapshot["grammars"]),
+                        recalls=copy.deepcopy(snapshot["recalls"]),
                         tokens=[list(t) for t in snapshot["tokens"]])
         for name, value in snapshot.items():
             setattr(self, name, value)

@@ -96,6 +96,8 @@ class EncodeStats:
 class REMITokenizer(BaseTokenizer, token_format="remi"):
     """REMI events for (pop) piano: Bar, Beat, Tempo, Chord, Note triples; optional TimeSig."""
 
+    expressive_types = ("Note_Velocity", "Tempo")  # a played-again passage keeps its notes, not its touch
+
     def __init__(self, time_signatures: bool = True, keep_leading_silence: bool = False, infill: bool = False):
         self.time_signatures = time_signatures  # write TimeSig tokens and follow the meter policy
         self.keep_leading_silence = keep_leading_silence  # start at the file's first bar, not the first note's

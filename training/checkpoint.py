@@ -189,6 +189,17 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def set_generate_defaults(path: str | Path, **values: Any) -> Path:
+    """Change fields of a checkpoint's sampling defaults (its config's `generate` section) in its
+    meta.json, checked as a config is; the weights are untouched. Returns the checkpoint folder."""
+    folder = resolve_checkpoint(path)
+    meta = read_meta(folder)
+    meta["config"]["generate"] = {**meta["config"].get("generate", {}), **{k: _plain(v) for k, v in values.items()}}
+    RunConfig.from_dict(meta["config"], source=f"{folder}/meta.json")  # a ValueError when a value is wrong
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1))
+    return folder
+
+
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
     """Rebuild the model (eval mode, on `device`) and tokenizer of a run dir or checkpoint dir."""
     folder = resolve_checkpoint(path)

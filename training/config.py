@@ -23,6 +23,7 @@ from typing import Any, Optional, Union
 import yaml
 
 from data.kinds import CORPUS_KINDS, check_kind_format
+from generation.recall import MIN_LAG, ORDERS, RecallConfig
 from generation.sampling import NUCLEUS_SCOPES, SEED_MAX
 from model import DEVICE_NAMES, ModelConfig
 from tokenization import token_formats
@@ -172,6 +173,10 @@ class GenerateConfig:
     seed: int = 0  # seed of the sampling (0 .. 2**64 - 1, torch.Generator's range)
     end: bool = True  # the model may end a piece (End token) before the budget; False: it writes all it is asked
     hold_bars: Optional[int] = None  # groove formats: sampling closes any note held this many bars (None: no limit)
+    recall_weights: Optional[tuple[float, ...]] = None  # copy weight per recall order (generation.recall;
+    # None: no recall; fitted on held-out pieces by `python -m bench.recall --write`)
+    recall_orders: tuple[int, ...] = ORDERS  # key lengths of the recall's copy cache, increasing
+    recall_min_lag: int = MIN_LAG  # recall copies from at least this many tokens back
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)
@@ -184,6 +189,8 @@ class GenerateConfig:
         _at_most("generate.seed", self.seed, SEED_MAX, "2**64 - 1")
         _at_least("generate.seed", self.seed, 0)
         _choice("generate.nucleus", self.nucleus, NUCLEUS_SCOPES)
+        if self.recall_weights is not None:
+            RecallConfig(self.recall_weights, self.recall_orders, self.recall_min_lag)  # a ValueError if wrong
 
 
 @dataclass

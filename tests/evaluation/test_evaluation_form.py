@@ -10,6 +10,7 @@ import torch
 
 from evaluation.form import form_score, jaccard, memory_gain, plot_self_similarity, self_similarity, summary
 from evaluation.quality_metrics import NotePiece
+from generation.recall import RecallConfig
 from model import ModelConfig, MusicPerformer
 from tokenization.form import parse_form
 
@@ -66,3 +67,20 @@ def test_memory_gain_reads_returning_phrases_twice():
     assert math.isfinite(memory.gain) and memory.returning > 0 and memory.as_first > 0
     none = memory_gain(model, ids, starts, parse_form("A2 X1 B2"), shift=2)
     assert none.tokens == 0 and math.isnan(none.gain)
+
+
+def test_memory_gain_under_recall_counts_what_the_copy_cache_restates():
+    torch.manual_seed(0)
+    model = MusicPerformer(ModelConfig(vocab_size=12, n_layer=1, n_head=2, d_model=16, d_ff=32, dropout=0.0,
+                                       num_realizations=8, num_sines=2, feature_dims=16, attention="torch",
+                                       max_len=64))
+    bar = [0, 3, 4, 5]
+    ids = [0, 1] + [0, 6, 7, 8] + bar * 2 + [0, 9] + bar * 2 + [0, 10]
+    starts = [i for i, t in enumerate(ids) if t == 0]
+    form = parse_form("A2 X1 A2")
+    plain = memory_gain(model, ids, starts, form, shift=2)
+    recall = (RecallConfig((0.9,), orders=(2,), min_lag=4), np.zeros(12, dtype=bool))
+    copied = memory_gain(model, ids, starts, form, shift=2, recall=recall)
+    assert copied.tokens == plain.tokens == 8
+    assert copied.returning < plain.returning  # the returning A is predicted from the first one
+    assert copied.gain > plain.gain + 0.5

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from training.checkpoint import capture_rng, list_checkpoints, load_checkpoint, resolve_checkpoint, \
-    restore_rng, restore_training, save_checkpoint
+    restore_rng, restore_training, save_checkpoint, set_generate_defaults
 from training.config import apply_overrides, RunConfig
 from model import MusicPerformer
 from remi import REMITokenizer
@@ -121,3 +121,19 @@ def test_missing_or_corrupt_checkpoint(tmp_path, tokenizer):
     (path / "model.safetensors").write_bytes(b"cut short")
     with pytest.raises(ValueError, match="not a complete checkpoint"):
         load_checkpoint(path)
+
+
+def test_sampling_defaults_can_be_changed_in_place(tmp_path, tokenizer):
+    cfg = apply_overrides(RunConfig(), TINY)
+    model, _ = trained(cfg, tokenizer)
+    save_checkpoint(tmp_path, model=model, tokenizer=tokenizer, config=cfg, step=1)
+    weights = (0.1, 0.2, 0.3, 0.4, 0.5, np.float64(0.6))
+    set_generate_defaults(tmp_path, recall_weights=weights)
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt.config.generate.recall_weights == (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+    assert ckpt.config.generate.top_p == cfg.generate.top_p  # the rest kept
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, ckpt.model.state_dict()[key]), key
+    with pytest.raises(ValueError, match="recall"):
+        set_generate_defaults(tmp_path, recall_weights=(0.5,))  # one weight for six orders: nothing written
+    assert load_checkpoint(tmp_path).config.generate.recall_weights == (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
