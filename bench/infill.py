@@ -47,7 +47,7 @@ from generation.chords import family
 from generation.infill import LEAD_BARS, SUFFIX_TOKENS, BarsWithNotes, InfillJob
 from generation.pieces import bar_stop, keep_bars, strip_eos
 from evaluation.form import token_nll
-from generation.recall import RecallConfig, recall_nll, skip_mask
+from generation.recall import KeyTokens, RecallConfig, recall_nll
 from generation.sampling import SamplingConfig, generate
 from model import IGNORE_INDEX
 from remi.infill import marker_ids
@@ -60,9 +60,9 @@ SOURCES = ("real", "fim", "plain")  # the real bars, the FIM model's infill, the
 
 
 def span_nll(model: torch.nn.Module, ids: list[int], start: int, end: int, seed: int,
-             recall: tuple[RecallConfig, np.ndarray] | None = None) -> float:
+             recall: tuple[RecallConfig, KeyTokens] | None = None) -> float:
     """Mean NLL of the tokens ids[start:end] given everything before them (one seeded forward pass);
-    with `recall` (its weights and the tokenizer's skip mask), under the mixture with the copy cache of
+    with `recall` (its config and the tokenizer's key tokens), under the mixture with the copy cache of
     ids[:end] read left to right."""
     if recall is not None:  # position p of the NLLs predicts token p + 1
         return float(recall_nll(ids[:end], token_nll(model, ids[:end], seed), *recall)[start - 1:end - 1].mean())
@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fim_recall = plain_recall = None
     if args.recall:
         fim_recall, plain_recall = (
-            (SamplingConfig.from_defaults(c.config.generate, recall=True).recall, skip_mask(c.tokenizer))
+            (SamplingConfig.from_defaults(c.config.generate, recall=True).recall, KeyTokens.of(c.tokenizer))
             for c in (fim, plain))
     corpus = load_corpus(Path(args.corpus))
     rng = np.random.default_rng(args.seed)

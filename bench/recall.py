@@ -30,14 +30,14 @@ from tqdm.auto import tqdm
 
 from data import load_corpus
 from evaluation.form import token_nll
-from generation.recall import MIN_LAG, ORDERS, Trace, concat, fit_weights, mixture_nll, skip_mask, trace
+from generation.recall import MIN_LAG, ORDERS, KeyTokens, Trace, concat, fit_weights, mixture_nll, trace
 from training.checkpoint import load_model, set_generate_defaults
 
 WINDOWS = ((0, 1000), (1000, 2000), (2000, 4000), (4000, None))  # token ranges of the along table
 SMOOTH = 256  # tokens per point of the plot
 
 
-def traces(model: torch.nn.Module, pieces: Sequence[np.ndarray], orders: Sequence[int], skipped: np.ndarray,
+def traces(model: torch.nn.Module, pieces: Sequence[np.ndarray], orders: Sequence[int], keys: KeyTokens,
            min_lag: int, seed: int, desc: str) -> list[Trace]:
     """One `Trace` per piece: the model's probability of each next token and the copy cache's."""
     out = []
@@ -45,7 +45,7 @@ def traces(model: torch.nn.Module, pieces: Sequence[np.ndarray], orders: Sequenc
         for ids in tqdm(pieces, desc=desc, unit="song"):
             ids = [int(t) for t in ids]
             p_model = np.exp(-token_nll(model, ids, seed))  # (L - 1,)
-            out.append(trace(ids, p_model, orders, skipped, min_lag))
+            out.append(trace(ids, p_model, orders, keys, min_lag))
     return out
 
 
@@ -124,11 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     orders = tuple(int(o) for o in args.orders.split(","))
     ckpt = load_model(args.checkpoint)
     corpus = load_corpus(args.corpus or ckpt.config.data.root)
-    skipped = skip_mask(ckpt.tokenizer)
-    fit = traces(ckpt.model, corpus.pieces(args.fit_split)[:args.songs], orders, skipped, args.min_lag, args.seed,
+    keys = KeyTokens.of(ckpt.tokenizer)
+    fit = traces(ckpt.model, corpus.pieces(args.fit_split)[:args.songs], orders, keys, args.min_lag, args.seed,
                  args.fit_split)
     weights = fit_weights(concat(fit), len(orders))
-    measured = traces(ckpt.model, corpus.pieces(args.split)[:args.songs], orders, skipped, args.min_lag, args.seed,
+    measured = traces(ckpt.model, corpus.pieces(args.split)[:args.songs], orders, keys, args.min_lag, args.seed,
                       args.split)
     title = (f"Recall on {ckpt.path}: weights fitted on {len(fit)} {args.fit_split} songs, measured on "
              f"{len(measured)} {args.split} songs of {corpus.root} (orders {','.join(map(str, orders))}, "

@@ -30,7 +30,7 @@ import torch
 
 from evaluation.along import bar_contents
 from evaluation.quality_metrics import NotePiece
-from generation.recall import RecallConfig, recall_nll
+from generation.recall import KeyTokens, RecallConfig, recall_nll
 from model import MusicPerformer
 from tokenization.form import Phrase, first_occurrences
 
@@ -151,10 +151,10 @@ def token_nll(model: MusicPerformer, ids: Sequence[int], seed: int) -> np.ndarra
 
 @torch.no_grad()
 def memory_gain(model: MusicPerformer, ids: Sequence[int], bar_starts: Sequence[int], phrases: Sequence[Phrase],
-                shift: int = 0, seed: int = 0, recall: tuple[RecallConfig, np.ndarray] | None = None) -> Memory:
+                shift: int = 0, seed: int = 0, recall: tuple[RecallConfig, KeyTokens] | None = None) -> Memory:
     """`Memory` of one song (module docstring): `bar_starts` index its bars in `ids`, the form's bar
     0 is its bar `shift`; phrases outside the song are left out. With `recall` (its config and the
-    tokenizer's skip mask) the NLLs are the model's mixed with its copy cache (generation.recall)."""
+    tokenizer's key tokens) the NLLs are the model's mixed with its copy cache (generation.recall)."""
 
     def nll(tokens: list[int]) -> np.ndarray:
         own = token_nll(model, tokens, seed)

@@ -34,7 +34,7 @@ from evaluation.form import (FormScore, LabelledSong, form_score, memory_gain, p
 from evaluation.quality_metrics import from_midi
 from generation.form import form_budget
 from generation.outputs import AtomicOutputs
-from generation.recall import skip_mask
+from generation.recall import KeyTokens
 from generation.request import GenerationRequest
 from tokenization.form import Phrase, form_text
 
@@ -86,7 +86,7 @@ def evaluate_form(label: str, ckpt: Any, songs: Sequence[LabelledSong], placemen
     tokenizer, model = ckpt.tokenizer, ckpt.model
     real = [measure_ids(tokenizer, s.name, s.ids, s.phrases, s.shift) for s in songs]
     recall = options.request.sampling(ckpt.config.generate).recall  # the NLLs of what sampling draws from
-    recall = None if recall is None else (recall, skip_mask(tokenizer))
+    recall = None if recall is None else (recall, KeyTokens.of(tokenizer))
     memories = [memory_gain(model, s.ids[:options.max_len], tokenizer.bar_starts(s.ids[:options.max_len]),
                             s.phrases, s.shift, options.seed, recall)
                 for s in tqdm(songs, desc=f"{label}: memory", unit="song", disable=not options.progress)]

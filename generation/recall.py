@@ -6,7 +6,8 @@ better than the first time). Real songs restate their sections. Recall gives the
 exact memory, as a cache language model does (Kuhn and De Mori 1990; Grave et al. 2017):
 
     key(t)    = the last n tokens up to t, leaving out expressive detail (the tokenizer's
-                `expressive_types`: REMI's velocities and tempi), and whether token t itself was left out
+                `expressive_types`: REMI's velocities and tempi), whether token t itself was left out,
+                and the last token of the tokenizer's `position_types` (REMI: the Bar or Beat we are at)
     p_copy    = the tokens that followed the earlier positions with the same key, at least `min_lag`
                 tokens back, as frequencies; the longest order n of `orders` with such a match is used
     p         = (1 - weights[n]) * p_model + weights[n] * p_copy
@@ -55,10 +56,26 @@ class RecallConfig:
             raise ValueError(f"the recall lag must be >= 1 token, got {self.min_lag}")
 
 
-def skip_mask(tokenizer: BaseTokenizer) -> np.ndarray:
-    """(V,) bool: the tokens left out of the keys, those of the tokenizer's `expressive_types`."""
-    names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
-    return np.array([name.startswith(tokenizer.expressive_types) for name in names], dtype=bool)
+@dataclass(frozen=True)
+class KeyTokens:
+    """Which tokens shape a key: `skipped` ones are left out of it (a restated passage varies them),
+    and the last `anchors` token seen joins every key (the position in the bar: a short key then
+    matches only at the same place of a bar, and cannot end a bar early)."""
+
+    skipped: np.ndarray  # (V,) bool
+    anchors: np.ndarray  # (V,) bool
+
+    @classmethod
+    def of(cls, tokenizer: BaseTokenizer) -> KeyTokens:
+        """The tokenizer's `expressive_types` skipped, its `position_types` anchors."""
+        names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
+        return cls(np.array([n.startswith(tokenizer.expressive_types) for n in names], dtype=bool),
+                   np.array([n.startswith(tokenizer.position_types) for n in names], dtype=bool))
+
+    @classmethod
+    def plain(cls, vocab_size: int) -> KeyTokens:
+        """Every token in the keys, no anchor."""
+        return cls(np.zeros(vocab_size, dtype=bool), np.zeros(vocab_size, dtype=bool))
 
 
 @dataclass
@@ -66,12 +83,13 @@ class Recall:
     """The copy cache of one sequence: `extend` it with tokens, ask `match` for the next one's."""
 
     orders: tuple[int, ...]
-    skipped: np.ndarray  # (V,) bool, from `skip_mask`
-    min_lag: int = 1  # an entry is looked up once its key ends this many tokens before the current one
+    keys: KeyTokens  # what is left out of the keys and what anchors them
+    min_lag: int = 1  # a token is copied from at least this many positions before the one predicted
     kept: list[int] = field(default_factory=list)  # the sequence's tokens less the skipped ones
     tables: list[dict[int, Counter]] = field(default_factory=list)  # per order: key -> next tokens
     pending: list[int | None] = field(default_factory=list)  # per order: the key after the last token
     waiting: deque = field(default_factory=deque)  # (position, keys, next token), not yet min_lag old
+    anchor: int = -1  # the last anchor token seen
     length: int = 0  # tokens seen
 
     def __post_init__(self) -> None:
@@ -92,11 +110,13 @@ class Recall:
             for table, key in zip(self.tables, keys):
                 if key is not None:
                     table.setdefault(key, Counter())[following] += 1
-        skipped = bool(self.skipped[token])
+        skipped = bool(self.keys.skipped[token])
         if not skipped:
             self.kept.append(token)
-        kept = self.kept
-        self.pending = [hash((skipped, *kept[-n:])) if len(kept) >= n else None for n in self.orders]
+        if self.keys.anchors[token]:
+            self.anchor = token
+        kept, anchor = self.kept, self.anchor
+        self.pending = [hash((skipped, anchor, *kept[-n:])) if len(kept) >= n else None for n in self.orders]
 
     def match(self) -> tuple[int, Counter] | None:
         """(order index, counts of the tokens that followed) of the longest key seen before, or None."""
@@ -142,11 +162,11 @@ class Trace:
     p_model: np.ndarray  # (N,) float
 
 
-def trace(ids: Sequence[int], p_model: np.ndarray, orders: Sequence[int], skipped: np.ndarray,
+def trace(ids: Sequence[int], p_model: np.ndarray, orders: Sequence[int], keys: KeyTokens,
           min_lag: int = 1) -> Trace:
     """The `Trace` of ids[1:] read left to right (p_model: (len(ids) - 1,) the model's probability of
     each of them)."""
-    recall = Recall(tuple(orders), skipped, min_lag)
+    recall = Recall(tuple(orders), keys, min_lag)
     recall.append(int(ids[0]))
     order = np.full(len(ids) - 1, -1)
     p_copy = np.zeros(len(ids) - 1)
@@ -159,9 +179,9 @@ def trace(ids: Sequence[int], p_model: np.ndarray, orders: Sequence[int], skippe
     return Trace(order, p_copy, np.asarray(p_model, dtype=float))
 
 
-def recall_nll(ids: Sequence[int], nll: np.ndarray, config: RecallConfig, skipped: np.ndarray) -> np.ndarray:
+def recall_nll(ids: Sequence[int], nll: np.ndarray, config: RecallConfig, keys: KeyTokens) -> np.ndarray:
     """(len(ids) - 1,) the NLL of ids[1:] under the mixture, from the model's own NLL of each (`nll`)."""
-    return mixture_nll(trace(ids, np.exp(-np.asarray(nll, dtype=float)), config.orders, skipped, config.min_lag),
+    return mixture_nll(trace(ids, np.exp(-np.asarray(nll, dtype=float)), config.orders, keys, config.min_lag),
                        config.weights)
 
 

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
-from generation.recall import Recall, RecallConfig, mix_logits, skip_mask
+from generation.recall import KeyTokens, Recall, RecallConfig, mix_logits
 from tokenization import BaseTokenizer, ConstraintState
 
 if TYPE_CHECKING:
@@ -246,7 +246,7 @@ class Decoder:
         self.tokens = [list(prompt) for _ in range(num_samples)]
         self.recalls: list[Recall] | None = None  # each sample's copy cache, the prompt read
         if self.sampling.recall is not None:
-            recall = Recall(self.sampling.recall.orders, skip_mask(tokenizer), self.sampling.recall.min_lag)
+            recall = Recall(self.sampling.recall.orders, KeyTokens.of(tokenizer), self.sampling.recall.min_lag)
             recall.extend(prompt)
             self.recalls = [copy.deepcopy(recall) for _ in range(num_samples)]
         self.finished = [False] * num_samples  # ended at EOS or by a stop condition

@@ -97,6 +97,7 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
     """REMI events for (pop) piano: Bar, Beat, Tempo, Chord, Note triples; optional TimeSig."""
 
     expressive_types = ("Note_Velocity", "Tempo")  # a played-again passage keeps its notes, not its touch
+    position_types = ("Bar", "Beat")  # the last of them says where in the bar the next token goes
 
     def __init__(self, time_signatures: bool = True, keep_leading_silence: bool = False, infill: bool = False):
         self.time_signatures = time_signatures  # write TimeSig tokens and follow the meter policy

@@ -111,6 +111,7 @@ class BaseTokenizer(ABC):
     special_tokens: ClassVar[tuple[str, ...]] = ("PAD_None", "EOS_None")
     holds_notes: ClassVar[bool] = False  # notes may sound across bars until closed: a hold limit applies
     expressive_types: ClassVar[tuple[str, ...]] = ()  # token-name prefixes a restated passage may vary (recall)
+    position_types: ClassVar[tuple[str, ...]] = ()  # token-name prefixes that mark the place in a bar (recall)
 
     def __init_subclass__(cls, token_format: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

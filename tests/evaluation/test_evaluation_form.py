@@ -10,7 +10,7 @@ import torch
 
 from evaluation.form import form_score, jaccard, memory_gain, plot_self_similarity, self_similarity, summary
 from evaluation.quality_metrics import NotePiece
-from generation.recall import RecallConfig
+from generation.recall import KeyTokens, RecallConfig
 from model import ModelConfig, MusicPerformer
 from tokenization.form import parse_form
 
@@ -79,7 +79,7 @@ def test_memory_gain_under_recall_counts_what_the_copy_cache_restates():
     starts = [i for i, t in enumerate(ids) if t == 0]
     form = parse_form("A2 X1 A2")
     plain = memory_gain(model, ids, starts, form, shift=2)
-    recall = (RecallConfig((0.9,), orders=(2,), min_lag=4), np.zeros(12, dtype=bool))
+    recall = (RecallConfig((0.9,), orders=(2,), min_lag=4), KeyTokens.plain(12))
     copied = memory_gain(model, ids, starts, form, shift=2, recall=recall)
     assert copied.tokens == plain.tokens == 8
     assert copied.returning < plain.returning  # the returning A is predicted from the first one

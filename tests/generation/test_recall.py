@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from generation.recall import (Recall, RecallConfig, Trace, fit_weights, mix_logits, mixture_nll, skip_mask,
-                               trace)
+from generation.recall import KeyTokens, Recall, RecallConfig, Trace, fit_weights, mix_logits, mixture_nll, trace
 from generation.sampling import Decoder, SamplingConfig
 from remi import REMITokenizer
 from tests.generation.test_sampling import tiny_model
@@ -21,8 +20,8 @@ def tokenizer():
     return REMITokenizer()
 
 
-def no_skip(size: int = 10) -> np.ndarray:
-    return np.zeros(size, dtype=bool)
+def no_skip(size: int = 10) -> KeyTokens:
+    return KeyTokens.plain(size)
 
 
 def test_the_longest_earlier_key_gives_what_followed_it():
@@ -39,23 +38,38 @@ def test_the_longest_earlier_key_gives_what_followed_it():
 
 
 def test_skipped_tokens_leave_the_keys_but_are_still_predicted():
-    skipped = no_skip()
+    skipped = np.zeros(10, dtype=bool)
     skipped[8] = skipped[9] = True  # two "velocities"
-    recall = Recall((2,), skipped)
+    keys = KeyTokens(skipped, np.zeros(10, dtype=bool))
+    recall = Recall((2,), keys)
     recall.extend([1, 2, 8, 3, 1, 2, 9])  # "1 2" then a velocity, twice, with different velocities
     order, counts = recall.match()
     assert dict(counts) == {3: 1}  # the token after the velocity, whatever the velocity was
-    recall = Recall((2,), skipped)
+    recall = Recall((2,), keys)
     recall.extend([1, 2, 8, 3, 1, 2])  # right after "1 2" (no velocity yet) comes a velocity
     assert dict(recall.match()[1]) == {8: 1}
 
 
-def test_the_tokenizer_names_its_expressive_tokens(tokenizer):
-    mask = skip_mask(tokenizer)
-    names = [tokenizer.vocab.token(i) for i in np.flatnonzero(mask)]
+def test_the_tokenizer_names_its_expressive_and_position_tokens(tokenizer):
+    keys = KeyTokens.of(tokenizer)
+    names = [tokenizer.vocab.token(i) for i in np.flatnonzero(keys.skipped)]
     assert names and all(n.startswith(("Note_Velocity", "Tempo")) for n in names)
-    assert not mask[tokenizer.vocab["Note_Pitch_60"]] and not mask[tokenizer.bar_id]
+    assert not keys.skipped[tokenizer.vocab["Note_Pitch_60"]] and not keys.skipped[tokenizer.bar_id]
+    anchors = {tokenizer.vocab.token(i) for i in np.flatnonzero(keys.anchors)}
+    assert anchors == {"Bar_None"} | {f"Beat_{b}" for b in range(16)}
 
+
+def test_an_anchor_keeps_a_short_key_to_its_place_in_the_bar():
+    anchors = np.zeros(10, dtype=bool)
+    anchors[0] = anchors[1] = True  # 0: a bar line, 1: a beat
+    keys = KeyTokens(np.zeros(10, dtype=bool), anchors)
+    recall = Recall((2,), keys)
+    recall.extend([0, 5, 6, 0])  # after "5 6" at the bar's start came a bar line
+    recall.extend([0, 1, 5, 6])  # the same "5 6" after a beat: the earlier one does not match
+    assert recall.match() is None
+    plain = Recall((2,), no_skip())
+    plain.extend([0, 5, 6, 0, 0, 1, 5, 6])
+    assert dict(plain.match()[1]) == {0: 1}
 
 def test_the_mixture_moves_weight_onto_the_copy():
     recall = Recall((1,), no_skip(4))
@@ -119,7 +133,7 @@ def test_decoding_with_recall_continues_a_passage_the_prompt_repeats(tokenizer):
     prompt = bar * 3 + bar[:6]  # three bars of the same motif, then the motif's start
     model = tiny_model(tokenizer.vocab_size)
     copying = SamplingConfig(top_p=1.0, temperature=1.0,
-                             recall=RecallConfig((0.0, 0.0, 0.99, 0.99, 0.99, 0.99)))
+                             recall=RecallConfig((0.0, 0.0, 0.99, 0.99, 0.99, 0.99), min_lag=8))
     decoder = Decoder(model, tokenizer, prompt, num_samples=2, sampling=copying,
                       generator=torch.Generator().manual_seed(0))
     decoder.run(30)
