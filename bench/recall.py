@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     weights = fit_weights(concat(fit), len(orders))
     measured = traces(ckpt.model, corpus.pieces(args.split)[:args.songs], orders, keys, args.min_lag, args.seed,
                       args.split)
-    title = (f"Recall on {ckpt.path}: weights fitted on {len(fit)} {args.fit_split} songs, measured on "
+    title = (f"Recall on {args.checkpoint}: weights fitted on {len(fit)} {args.fit_split} songs, measured on "
              f"{len(measured)} {args.split} songs of {corpus.root} (orders {','.join(map(str, orders))}, "
              f"lag >= {args.min_lag} tokens).")
     text = report(measured, weights, orders, title)
