@@ -12,6 +12,10 @@ traced along each song. Per recall order, the weight that minimises the fit spli
 * the NLL of all tokens, and along the song (tokens 0-1k, 1-2k, 2-4k, 4k-), without and with recall;
 * recall_along.png: both NLLs along the song, averaged over the songs that reach each position.
 
+`--timing N` only times sampling instead: N new tokens from nothing with the checkpoint's recall and
+without, interleaved for --rounds rounds on one thread (same seed, so both draw the same noise), and
+prints the seconds per token of each and their ratio.
+
 `--write` stores the weights, orders and lag in the checkpoint's sampling defaults (meta.json:
 generate.recall_weights, recall_orders, recall_min_lag), so that every front door samples with them.
 Writes recall.md in --out and prints it.
@@ -31,6 +35,7 @@ from tqdm.auto import tqdm
 from data import load_corpus
 from evaluation.form import token_nll
 from generation.recall import MIN_LAG, ORDERS, KeyTokens, Trace, concat, fit_weights, mixture_nll, trace
+from generation.request import GenerationRequest
 from training.checkpoint import load_model, set_generate_defaults
 
 WINDOWS = ((0, 1000), (1000, 2000), (2000, 4000), (4000, None))  # token ranges of the along table
@@ -104,6 +109,20 @@ def plot(measured: list[Trace], weights: Sequence[float], path: Path) -> None:
     plt.close(fig)
 
 
+def timing(ckpt, tokens: int, rounds: int, seed: int) -> str:
+    """Seconds per generated token with the checkpoint's recall and without, interleaved rounds."""
+    seconds = {True: [], False: []}
+    for _ in tqdm(range(rounds), desc="timing", unit="round"):
+        for recall in (False, True):
+            request = GenerationRequest(tokens=tokens, seed=seed, end=False, recall=recall)
+            result = request.run(ckpt)[0]
+            seconds[recall].append(result.seconds / len(result.generated))
+    plain, mixed = (float(np.median(seconds[r])) for r in (False, True))
+    return (f"| sampling {tokens} tokens, {rounds} interleaved rounds, 1 thread | ms per token, median |\n|---|---:|\n"
+            f"| without recall | {1e3 * plain:.2f} |\n| with recall | {1e3 * mixed:.2f} |\n"
+            f"| ratio | {mixed / plain:.3f} |\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, help="run, checkpoint or shipped model name")
@@ -119,10 +138,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of recall.md and recall_along.png")
     parser.add_argument("--write", action="store_true", help="store the fitted weights in the checkpoint")
+    parser.add_argument("--timing", type=int, default=0, metavar="N",
+                        help="only time sampling N tokens with and without the checkpoint's recall")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (default: %(default)s)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     orders = tuple(int(o) for o in args.orders.split(","))
     ckpt = load_model(args.checkpoint)
+    if args.timing:
+        torch.set_num_threads(1)
+        print(timing(ckpt, args.timing, args.rounds, args.seed), end="")
+        return 0
     corpus = load_corpus(args.corpus or ckpt.config.data.root)
     keys = KeyTokens.of(ckpt.tokenizer)
     fit = traces(ckpt.model, corpus.pieces(args.fit_split)[:args.songs], orders, keys, args.min_lag, args.seed,

@@ -58,23 +58,26 @@ class RecallConfig:
 
 @dataclass(frozen=True)
 class KeyTokens:
-    """Which tokens shape a key: `skipped` ones are left out of it (a restated passage varies them),
-    and the last `anchors` token seen joins every key (the position in the bar: a short key then
-    matches only at the same place of a bar, and cannot end a bar early)."""
+    """The parts tokens play in recall: `skipped` ones are left out of the keys (a restated passage
+    varies them); the last `anchors` token seen joins every key (the position in the bar: a short key
+    then matches only at the same place of a bar, and cannot end a bar early); the `end` token's
+    probability stays the model's (a copy never ends a piece, nor keeps one from ending)."""
 
     skipped: np.ndarray  # (V,) bool
     anchors: np.ndarray  # (V,) bool
+    end: int = -1  # the end-of-piece id (-1: none)
 
     @classmethod
     def of(cls, tokenizer: BaseTokenizer) -> KeyTokens:
-        """The tokenizer's `expressive_types` skipped, its `position_types` anchors."""
+        """The tokenizer's `expressive_types` skipped, its `position_types` anchors, its EOS the end."""
         names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
         return cls(np.array([n.startswith(tokenizer.expressive_types) for n in names], dtype=bool),
-                   np.array([n.startswith(tokenizer.position_types) for n in names], dtype=bool))
+                   np.array([n.startswith(tokenizer.position_types) for n in names], dtype=bool),
+                   tokenizer.eos_id)
 
     @classmethod
     def plain(cls, vocab_size: int) -> KeyTokens:
-        """Every token in the keys, no anchor."""
+        """Every token in the keys, no anchor, no end."""
         return cls(np.zeros(vocab_size, dtype=bool), np.zeros(vocab_size, dtype=bool))
 
 
@@ -137,20 +140,22 @@ def copy_distribution(counts: Counter, vocab_size: int) -> np.ndarray:
 
 
 def mix_logits(logits: torch.Tensor, recalls: Sequence[Recall], weights: Sequence[float]) -> torch.Tensor:
-    """(B, V) logits -> (B, V) log-probabilities of the mixture with each row's copy distribution
-    (rows with no match, or whose order has weight 0, are the model's log-softmax)."""
-    logp = torch.log_softmax(logits.double(), dim=-1)  # (B, V)
-    rows = []
-    for row, recall in zip(logp, recalls):
-        found = recall.match()
-        weight = weights[found[0]] if found is not None else 0.0
-        if weight <= 0.0:
-            rows.append(row)
-            continue
-        copy = torch.from_numpy(copy_distribution(found[1], row.shape[0])).to(row)  # (V,)
-        rows.append(torch.log((1.0 - weight) * row.exp() + weight * copy))
-    return torch.stack(rows)  # (B, V)
-
+    """(B, V) logits -> (B, V) logits of the mixture with each row's copy distribution (log-probabilities;
+    rows with no match, or whose order has weight 0, keep the model's logits, which sample the same)."""
+    found = [recall.match() for recall in recalls]
+    copies = {row: (weights[f[0]], f[1]) for row, f in enumerate(found) if f is not None and weights[f[0]] > 0}
+    if not copies:
+        return logits
+    mixed = logits.to(torch.float64, copy=True)  # (B, V)
+    for row, (weight, counts) in copies.items():
+        copy = torch.from_numpy(copy_distribution(counts, logits.shape[-1])).to(mixed)  # (V,)
+        own = torch.softmax(mixed[row], dim=-1)  # (V,)
+        end = recalls[row].keys.end
+        if end >= 0:  # the copy gives the end token the model's probability, the rest in proportion
+            copy = copy * (1.0 - own[end])
+            copy[end] = own[end]
+        mixed[row] = torch.log((1.0 - weight) * own + weight * copy)
+    return mixed
 
 @dataclass
 class Trace:
@@ -165,7 +170,9 @@ class Trace:
 def trace(ids: Sequence[int], p_model: np.ndarray, orders: Sequence[int], keys: KeyTokens,
           min_lag: int = 1) -> Trace:
     """The `Trace` of ids[1:] read left to right (p_model: (len(ids) - 1,) the model's probability of
-    each of them)."""
+    each of them). The end token's copy probability is the model's, as `mix_logits` gives it; the
+    other tokens' copy share, which `mix_logits` scales by 1 - p_model(end), is taken unscaled (inside a
+    song the model gives the end almost nothing)."""
     recall = Recall(tuple(orders), keys, min_lag)
     recall.append(int(ids[0]))
     order = np.full(len(ids) - 1, -1)
@@ -174,7 +181,7 @@ def trace(ids: Sequence[int], p_model: np.ndarray, orders: Sequence[int], keys: 
         found = recall.match()
         if found is not None:
             order[t] = found[0]
-            p_copy[t] = found[1][int(token)] / sum(found[1].values())
+            p_copy[t] = p_model[t] if token == keys.end else found[1][int(token)] / sum(found[1].values())
         recall.append(int(token))
     return Trace(order, p_copy, np.asarray(p_model, dtype=float))
 

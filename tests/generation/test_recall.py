@@ -77,10 +77,22 @@ def test_the_mixture_moves_weight_onto_the_copy():
     fresh = Recall((1,), no_skip(4))
     fresh.append(3)  # nothing to match
     logits = torch.zeros(2, 4)  # uniform model
-    mixed = mix_logits(logits, [recall, fresh], weights=[0.6]).exp()
+    mixed = torch.softmax(mix_logits(logits, [recall, fresh], weights=[0.6]), dim=-1)
     assert torch.allclose(mixed[0], torch.tensor([0.1, 0.1, 0.7, 0.1], dtype=torch.float64))
     assert torch.allclose(mixed[1], torch.full((4,), 0.25, dtype=torch.float64))
-    assert torch.allclose(mixed.sum(-1), torch.ones(2, dtype=torch.float64))
+    assert torch.allclose(mix_logits(logits, [fresh, fresh], weights=[0.6]), logits)  # no match: unchanged
+
+
+def test_a_copy_leaves_the_end_to_the_model():
+    keys = KeyTokens(np.zeros(4, dtype=bool), np.zeros(4, dtype=bool), end=3)
+    recall = Recall((1,), keys)
+    recall.extend([1, 2, 1])  # after 1 came 2: the copy would put everything on 2
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.3, 0.4]]))  # the model gives the end 0.4
+    mixed = torch.softmax(mix_logits(logits, [recall], weights=[0.9]), dim=-1)[0]
+    assert mixed[3] == pytest.approx(0.4)  # whatever the weight
+    assert mixed[2] == pytest.approx(0.1 * 0.3 + 0.9 * 0.6) and mixed.sum() == pytest.approx(1.0)
+    rec = trace([1, 2, 1, 3], np.array([0.5, 0.5, 0.25]), (1,), keys)
+    assert rec.p_copy[2] == 0.25  # the end token: the model's own probability
 
 
 def test_fitted_weights_follow_how_often_the_copy_is_right():
