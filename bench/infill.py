@@ -138,7 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="bars before the span the FIM model reads after the suffix, right before the span "
                              "(default: %(default)s)")
     parser.add_argument("--recall", action="store_true",
-                        help="NLLs under each model's recall mixture (generation.recall, its fitted weights)")
+                        help="NLLs under each model's recall mixture (generation.recall, its fitted weights; "
+                             "a plain model without them reads alone)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of infill.{csv,md}")
@@ -153,7 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.recall:
         fim_recall, plain_recall = (
             (SamplingConfig.from_defaults(c.config.generate, recall=True).recall, KeyTokens.of(c.tokenizer))
-            for c in (fim, plain))
+            if c.config.generate.recall_weights is not None else None for c in (fim, plain))
+        if fim_recall is None:
+            parser.error(f"--recall: {args.checkpoint} has no fitted recall weights (python -m bench.recall --write)")
     corpus = load_corpus(Path(args.corpus))
     rng = np.random.default_rng(args.seed)
     generator = torch.Generator().manual_seed(args.seed)

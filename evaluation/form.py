@@ -140,6 +140,7 @@ class Memory:
         return (self.as_first - self.returning) / self.tokens if self.tokens else math.nan
 
 
+@torch.no_grad()
 def token_nll(model: MusicPerformer, ids: Sequence[int], seed: int) -> np.ndarray:
     """(len(ids) - 1,) teacher-forced NLL of ids[1:], one positional noise drawn from `seed`."""
     device = model.head.weight.device

@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 BAR_CHECK_EVERY = 16  # tokens between two checks of a bar-count stop condition
 MIN_TOKENS_PER_BAR = 40  # a budget below this per bar to write cannot hold the bars (POP909: 64 +- 14)
-TOKENS_PER_BAR = 120  # the budget per bar to write when the user gives none
+TOKENS_PER_BAR = 160  # the budget per bar to write when the user gives none (dense pop bars take 90-160)
 
 
 def bars_budget(bars: int, tokens: int | None, default: int, what: str) -> int:

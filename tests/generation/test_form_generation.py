@@ -7,6 +7,7 @@ import pytest
 
 from generation.chords import FREE, ChordSteer
 from generation.form import FormSteer, draw_form, form_budget, form_chords, label_progressions, resolve_form
+from generation.pieces import TOKENS_PER_BAR
 from remi import REMITokenizer
 from tokenization.form import form_bars, parse_form
 
@@ -93,7 +94,7 @@ def test_chords_per_label_come_back_with_the_label(remi):
 
 def test_form_budget_checks_the_tokens():
     phrases = parse_form("A8 A8")
-    assert form_budget(phrases, 0, None, 3072) == 3072 and form_budget(phrases, 0, None, 100) == 1920
+    assert form_budget(phrases, 0, None, 3072) == 3072 and form_budget(phrases, 0, None, 100) == 16 * TOKENS_PER_BAR
     with pytest.raises(ValueError, match="at least 640"):
         form_budget(phrases, 0, 600, 3072)
     with pytest.raises(ValueError, match="nothing is left"):
