@@ -81,6 +81,24 @@ class KeyTokens:
         return cls(np.zeros(vocab_size, dtype=bool), np.zeros(vocab_size, dtype=bool))
 
 
+@dataclass(frozen=True)
+class Sections:
+    """A form laid on the piece's bars: recall then copies a bar only from bars of the same label, so a
+    chorus's material returns in the chorus and not in the verse."""
+
+    bar: int  # the bar-line id (bars are counted from the piece's first token)
+    starts: tuple[tuple[int, str], ...]  # (first bar, label) of each phrase, in order
+
+    def label(self, bar: int) -> str | None:
+        """The label of (0-based) bar `bar`: its phrase's; None before the first phrase."""
+        found = None
+        for first, label in self.starts:
+            if first > bar:
+                break
+            found = label
+        return found
+
+
 @dataclass
 class Recall:
     """The copy cache of one sequence: `extend` it with tokens, ask `match` for the next one's."""
@@ -88,11 +106,14 @@ class Recall:
     orders: tuple[int, ...]
     keys: KeyTokens  # what is left out of the keys and what anchors them
     min_lag: int = 1  # a token is copied from at least this many positions before the one predicted
+    sections: Sections | None = None  # a form: the current bar's label joins every key
     kept: list[int] = field(default_factory=list)  # the sequence's tokens less the skipped ones
     tables: list[dict[int, Counter]] = field(default_factory=list)  # per order: key -> next tokens
     pending: list[int | None] = field(default_factory=list)  # per order: the key after the last token
     waiting: deque = field(default_factory=deque)  # (position, keys, next token), not yet min_lag old
     anchor: int = -1  # the last anchor token seen
+    section: str | None = None  # the label of the bar being read
+    bars: int = 0  # bar lines seen (with sections)
     length: int = 0  # tokens seen
 
     def __post_init__(self) -> None:
@@ -118,8 +139,12 @@ class Recall:
             self.kept.append(token)
         if self.keys.anchors[token]:
             self.anchor = token
-        kept, anchor = self.kept, self.anchor
-        self.pending = [hash((skipped, anchor, *kept[-n:])) if len(kept) >= n else None for n in self.orders]
+        if self.sections is not None and token == self.sections.bar:
+            self.bars += 1
+            self.section = self.sections.label(self.bars - 1)
+        kept, anchor, section = self.kept, self.anchor, self.section
+        self.pending = [hash((skipped, anchor, section, *kept[-n:])) if len(kept) >= n else None
+                        for n in self.orders]
 
     def match(self) -> tuple[int, Counter] | None:
         """(order index, counts of the tokens that followed) of the longest key seen before, or None."""

@@ -30,6 +30,7 @@ from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkp
 from generation.own_file import RENDERS, OwnFile, own_file
 from generation.pieces import (bar_stop, bars_budget, keep_bars, opening_bars, piece_ids, start_ids,
                                track_report)
+from generation.recall import Sections
 from generation.sampling import (Decoder, GenerationResult, SamplingConfig, StopCondition, Steer, check_seed,
                                  generate_batch, seeded_generator, without_end)
 from tokenization import BaseTokenizer
@@ -330,10 +331,16 @@ class Plan:
     def generator(self, device: torch.device) -> torch.Generator:
         return seeded_generator(self.seed, device)
 
+    def recall_sections(self) -> Sections | None:
+        """A form's labels for recall (forms are REMI's, whose start token is the bar line)."""
+        if not self.sections:
+            return None
+        return Sections(self.tokenizer.start_id, tuple(self.sections))
+
     def decoder(self, model: Any, device: torch.device) -> Decoder:
         """A resumable decoder of this plan, its noise drawn for the prompt and the budget."""
         return Decoder(model, self.tokenizer, self.prompt, self.num_samples, self.sampling, self.generator(device),
-                       capacity=len(self.prompt) + self.budget, steer=self.steer)
+                       capacity=len(self.prompt) + self.budget, steer=self.steer, sections=self.recall_sections())
 
     def describe(self) -> str:
         """One line on what is decoded and how."""
@@ -348,7 +355,7 @@ class Plan:
         pieces drawn in turn), else one seeded with the plan's seed."""
         results = generate_batch(model, self.tokenizer, self.prompt, self.budget, self.num_samples, self.sampling,
                                  generator=generator or self.generator(device), progress=progress,
-                                 stop=self.stop(), steer=self.steer)
+                                 stop=self.stop(), steer=self.steer, sections=self.recall_sections())
         return [self.finish(result) for result in results]
 
     def finish(self, result: GenerationResult) -> GenerationResult:

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
-from generation.recall import KeyTokens, Recall, RecallConfig, mix_logits
+from generation.recall import KeyTokens, Recall, RecallConfig, Sections, mix_logits
 from tokenization import BaseTokenizer, ConstraintState
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class Decoder:
 
     def __init__(self, model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], num_samples: int = 1,
                  sampling: SamplingConfig | None = None, generator: torch.Generator | None = None,
-                 capacity: int | None = None, steer: Steer | None = None) -> None:
+                 capacity: int | None = None, steer: Steer | None = None, sections: Sections | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.steer = steer  # narrows each sample's allowed tokens further (e.g. generation.chords.ChordSteer)
         self.sampling = SamplingConfig() if sampling is None else sampling
@@ -246,7 +246,8 @@ class Decoder:
         self.tokens = [list(prompt) for _ in range(num_samples)]
         self.recalls: list[Recall] | None = None  # each sample's copy cache, the prompt read
         if self.sampling.recall is not None:
-            recall = Recall(self.sampling.recall.orders, KeyTokens.of(tokenizer), self.sampling.recall.min_lag)
+            recall = Recall(self.sampling.recall.orders, KeyTokens.of(tokenizer), self.sampling.recall.min_lag,
+                            sections=sections)  # with a form, a bar copies from bars of its label only
             recall.extend(prompt)
             self.recalls = [copy.deepcopy(recall) for _ in range(num_samples)]
         self.finished = [False] * num_samples  # ended at EOS or by a stop condition
@@ -378,14 +379,14 @@ def repeat_state(state: GenerationState, batch: int) -> GenerationState:
 def generate_batch(model: MusicPerformer, tokenizer: BaseTokenizer, prompt: Sequence[int], max_new_tokens: int,
                    num_samples: int = 1, sampling: SamplingConfig | None = None,
                    generator: torch.Generator | None = None, progress: bool = False,
-                   stop: Callable[[list[int]], bool] | None = None, steer: Steer | None = None
-                   ) -> list[GenerationResult]:
+                   stop: Callable[[list[int]], bool] | None = None, steer: Steer | None = None,
+                   sections: Sections | None = None) -> list[GenerationResult]:
     """`num_samples` continuations of `prompt` by up to max_new_tokens ids each, decoded as one batch;
-    `steer` narrows the allowed tokens (see Decoder)."""
+    `steer` narrows the allowed tokens, `sections` keeps recall within a form's labels (see Decoder)."""
     if max_new_tokens < 1:
         raise ValueError(f"the number of new tokens must be >= 1, got {max_new_tokens}")
     decoder = Decoder(model, tokenizer, prompt, num_samples, sampling, generator,
-                      capacity=len(prompt) + max_new_tokens, steer=steer)
+                      capacity=len(prompt) + max_new_tokens, steer=steer, sections=sections)
     decoder.run(max_new_tokens, stop=stop, progress=progress)
     results = decoder.results()
     for result in results:

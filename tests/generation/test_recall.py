@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from generation.recall import KeyTokens, Recall, RecallConfig, Trace, fit_weights, mix_logits, mixture_nll, trace
+from generation.recall import (KeyTokens, Recall, RecallConfig, Sections, Trace, fit_weights, mix_logits, mixture_nll,
+                               trace)
 from generation.sampling import Decoder, SamplingConfig
 from remi import REMITokenizer
 from tests.generation.test_sampling import tiny_model
@@ -70,6 +71,21 @@ def test_an_anchor_keeps_a_short_key_to_its_place_in_the_bar():
     plain = Recall((2,), no_skip())
     plain.extend([0, 5, 6, 0, 0, 1, 5, 6])
     assert dict(plain.match()[1]) == {0: 1}
+
+def test_with_a_form_a_bar_copies_from_bars_of_its_label_only():
+    form = Sections(bar=0, starts=((0, "A"), (1, "B"), (2, "A"), (3, "B")))
+    assert [form.label(b) for b in range(5)] == ["A", "B", "A", "B", "B"]
+    assert Sections(0, ((2, "A"),)).label(1) is None
+    recall = Recall((2,), no_skip(), sections=form)
+    recall.extend([0, 5, 6, 7, 0, 5, 6, 8])  # bar A: 5 6 7; bar B: 5 6 8
+    recall.extend([0, 5, 6])  # the second A
+    assert dict(recall.match()[1]) == {7: 1}  # what followed in A, not in B
+    recall.extend([7, 0, 5, 6])  # the second B
+    assert dict(recall.match()[1]) == {8: 1}
+    anywhere = Recall((2,), no_skip())
+    anywhere.extend([0, 5, 6, 7, 0, 5, 6, 8, 0, 5, 6])
+    assert dict(anywhere.match()[1]) == {7: 1, 8: 1}
+
 
 def test_the_mixture_moves_weight_onto_the_copy():
     recall = Recall((1,), no_skip(4))
