@@ -12,7 +12,8 @@ For each held-out song of the corpus (its test split) with at least 2 * MARGIN +
   itself read as the suffix (``nll_span_as_suffix``; a model that copies gets it nearly free), and
   the plain model reading the span a second time right after itself (``nll_plain_repeat``); with
   ``--recall``, every NLL is that of the model mixed with its copy cache (``generation.recall``, the
-  checkpoint's fitted weights), as sampling with recall draws;
+  checkpoint's fitted weights; the FIM model's with an infill's lag, ``generation.infill.RECALL_LAG``),
+  as sampling with recall draws;
 * one infill by the FIM model (``generation.infill``, the model's sampling defaults), and, for
   comparison, the plain model continuing the left side for as many bars (both steered to give every
   bar notes and not to end early: ``generation.infill.BarsWithNotes``);
@@ -44,7 +45,7 @@ from data import load_corpus
 from evaluation.chords import real_progressions, recognised_chords
 from evaluation.quality import measure
 from generation.chords import family
-from generation.infill import LEAD_BARS, SUFFIX_TOKENS, BarsWithNotes, InfillJob
+from generation.infill import LEAD_BARS, SUFFIX_TOKENS, BarsWithNotes, InfillJob, has_infill, infill_sampling
 from generation.pieces import bar_stop, keep_bars, strip_eos
 from evaluation.form import token_nll
 from generation.recall import KeyTokens, RecallConfig, recall_nll
@@ -74,6 +75,12 @@ def span_nll(model: torch.nn.Module, ids: list[int], start: int, end: int, seed:
     with torch.no_grad():
         _, loss = model(tokens[:, :-1], targets[:, :-1])
     return float(loss)
+
+
+def sampling_of(ckpt) -> SamplingConfig:
+    """A model's sampling as an infill reads (the FIM model) or as a continuation does (a plain one)."""
+    sampling = SamplingConfig.from_defaults(ckpt.config.generate)
+    return infill_sampling(sampling) if has_infill(ckpt.tokenizer) else sampling
 
 
 def notes_kept(tokenizer, song: list[int], result: list[int], span: tuple[int, int]) -> float:
@@ -153,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fim_recall = plain_recall = None
     if args.recall:
         fim_recall, plain_recall = (
-            (SamplingConfig.from_defaults(c.config.generate, recall=True).recall, KeyTokens.of(c.tokenizer))
+            (sampling_of(c).recall, KeyTokens.of(c.tokenizer))
             if c.config.generate.recall_weights is not None else None for c in (fim, plain))
         if fim_recall is None:
             parser.error(f"--recall: {args.checkpoint} has no fitted recall weights (python -m bench.recall --write)")
@@ -185,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              fim_recall)
         nll["nll_plain_repeat"] = span_nll(plain.model, left + middle, len(left), len(left) + len(middle), index,
                                            plain_recall)
-        sampling = SamplingConfig.from_defaults(fim.config.generate)
+        sampling = infill_sampling(SamplingConfig.from_defaults(fim.config.generate))
         filled = job.restore(generate(fim.model, tokenizer, job.prompt, 200 * args.bars, sampling, generator,
                                       stop=bar_stop(tokenizer, len(job.prompt), args.bars), steer=job.steer()))
         start = len(job.parts.before)

@@ -26,7 +26,8 @@ import torch
 
 from generation.chords import ChordSteer, is_annotation, parse_annotation, parse_progression, place_annotation
 from generation.form import RESTATE, form_and_chords, form_budget, form_steer
-from generation.infill import INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, parse_bar_range
+from generation.infill import (INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, infill_sampling,
+                               parse_bar_range)
 from generation.own_file import RENDERS, OwnFile, own_file
 from generation.pieces import (bar_stop, bars_budget, keep_bars, opening_bars, piece_ids, start_ids,
                                track_report)
@@ -123,6 +124,7 @@ class GenerationRequest:
         if parsed.span is not None:
             job = InfillJob.of(tokenizer, song, parsed.span)
             prompt, bars = job.prompt, job.bars
+            sampling = infill_sampling(sampling)
             check_bars(bars, limits, f"infill bars {self.infill}")
             budget = capped(bars_budget(bars, self.tokens, defaults.tokens, f"infill bars {self.infill}"), limits)
         elif self.prompt is not None:

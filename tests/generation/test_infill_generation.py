@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from generation.infill import BarsWithNotes, InfillIncomplete, InfillJob, parse_bar_range
+from generation.infill import RECALL_LAG, BarsWithNotes, InfillIncomplete, InfillJob, infill_sampling, parse_bar_range
+from generation.recall import RecallConfig
 from generation.sampling import GenerationResult, SamplingConfig, generate_batch, seeded_generator
 from generation.pieces import bar_stop, piece_ids
 from remi import REMITokenizer
@@ -120,3 +121,12 @@ def test_the_model_reads_the_first_whole_bars_of_the_suffix_within_its_budget(fi
         assert read == full
     else:
         assert len(read) == max([end for end in ends if end <= budget], default=ends[0])
+
+
+def test_an_infill_recalls_from_nearer_than_a_piece():
+    piece = SamplingConfig(recall=RecallConfig((0.5,) * 6, min_lag=512))
+    assert infill_sampling(piece).recall.min_lag == RECALL_LAG < 512
+    assert infill_sampling(piece).recall.weights == piece.recall.weights and piece.recall.min_lag == 512
+    near = SamplingConfig(recall=RecallConfig((0.5,) * 6, min_lag=16))
+    assert infill_sampling(near).recall.min_lag == 16  # never farther than the model's own lag
+    assert infill_sampling(SamplingConfig()).recall is None
