@@ -28,7 +28,7 @@ def studio(tmp_path):
 
 def call(base: str, model: str, seed: int = 0) -> tuple[str, str]:
     """(event, data) of one generate call through the HTTP API: 8 tokens, no prompt."""
-    values = [model, None, 1, 8, "tokens", 1.0, 0.9, seed, 1, False, "", "", "file", 0.5, "model", "model", ""]
+    values = [model, None, 1, 8, "tokens", 1.0, 0.9, seed, 1, False, "", "", "file", 0.5, "model", "model", "", "model"]
     body = json.dumps({"data": values}).encode()
     request = urllib.request.Request(base + API, data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
