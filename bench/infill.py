@@ -45,9 +45,9 @@ from data import load_corpus
 from evaluation.chords import real_progressions, recognised_chords
 from evaluation.quality import measure
 from generation.chords import family
-from generation.infill import LEAD_BARS, SUFFIX_TOKENS, BarsWithNotes, InfillJob, has_infill, infill_sampling
-from generation.pieces import bar_stop, keep_bars, strip_eos
 from evaluation.form import token_nll
+from generation.infill import LEAD_BARS, SUFFIX_TOKENS, BarsWithNotes, InfillJob, infill_sampling
+from generation.pieces import bar_stop, keep_bars, strip_eos
 from generation.recall import KeyTokens, RecallConfig, recall_nll
 from generation.sampling import SamplingConfig, generate
 from model import IGNORE_INDEX
@@ -75,12 +75,6 @@ def span_nll(model: torch.nn.Module, ids: list[int], start: int, end: int, seed:
     with torch.no_grad():
         _, loss = model(tokens[:, :-1], targets[:, :-1])
     return float(loss)
-
-
-def sampling_of(ckpt) -> SamplingConfig:
-    """A model's sampling as an infill reads (the FIM model) or as a continuation does (a plain one)."""
-    sampling = SamplingConfig.from_defaults(ckpt.config.generate)
-    return infill_sampling(sampling) if has_infill(ckpt.tokenizer) else sampling
 
 
 def notes_kept(tokenizer, song: list[int], result: list[int], span: tuple[int, int]) -> float:
@@ -157,11 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     fim, plain = load_model(args.checkpoint), load_model(args.plain)
     args.plain = args.plain or plain.path.name  # the shipped default, named in the table's command
     tokenizer = fim.tokenizer
+    # the FIM model samples as an infill does, the plain model as a continuation does
+    fim_sampling = infill_sampling(SamplingConfig.from_defaults(fim.config.generate))
+    plain_sampling = SamplingConfig.from_defaults(plain.config.generate)
     fim_recall = plain_recall = None
     if args.recall:
         fim_recall, plain_recall = (
-            (sampling_of(c).recall, KeyTokens.of(c.tokenizer))
-            if c.config.generate.recall_weights is not None else None for c in (fim, plain))
+            (sampling.recall, KeyTokens.of(c.tokenizer)) if sampling.recall is not None else None
+            for c, sampling in ((fim, fim_sampling), (plain, plain_sampling)))
         if fim_recall is None:
             parser.error(f"--recall: {args.checkpoint} has no fitted recall weights (python -m bench.recall --write)")
     corpus = load_corpus(Path(args.corpus))
@@ -192,12 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              fim_recall)
         nll["nll_plain_repeat"] = span_nll(plain.model, left + middle, len(left), len(left) + len(middle), index,
                                            plain_recall)
-        sampling = infill_sampling(SamplingConfig.from_defaults(fim.config.generate))
-        filled = job.restore(generate(fim.model, tokenizer, job.prompt, 200 * args.bars, sampling, generator,
+        filled = job.restore(generate(fim.model, tokenizer, job.prompt, 200 * args.bars, fim_sampling, generator,
                                       stop=bar_stop(tokenizer, len(job.prompt), args.bars), steer=job.steer()))
         start = len(job.parts.before)
-        continued = generate(plain.model, plain.tokenizer, job.parts.before, 200 * args.bars,
-                             SamplingConfig.from_defaults(plain.config.generate), generator,
+        continued = generate(plain.model, plain.tokenizer, job.parts.before, 200 * args.bars, plain_sampling, generator,
                              stop=bar_stop(tokenizer, start, args.bars),
                              steer=BarsWithNotes(plain.tokenizer, start, args.bars))
         continued = keep_bars(tokenizer, continued, start, args.bars).tokens[start:]

@@ -46,11 +46,10 @@ def traces(model: torch.nn.Module, pieces: Sequence[np.ndarray], orders: Sequenc
            min_lag: int, seed: int, desc: str) -> list[Trace]:
     """One `Trace` per piece: the model's probability of each next token and the copy cache's."""
     out = []
-    with torch.no_grad():
-        for ids in tqdm(pieces, desc=desc, unit="song"):
-            ids = [int(t) for t in ids]
-            p_model = np.exp(-token_nll(model, ids, seed))  # (L - 1,)
-            out.append(trace(ids, p_model, orders, keys, min_lag))
+    for ids in tqdm(pieces, desc=desc, unit="song"):
+        ids = [int(t) for t in ids]
+        p_model = np.exp(-token_nll(model, ids, seed))  # (L - 1,)
+        out.append(trace(ids, p_model, orders, keys, min_lag))
     return out
 
 
@@ -150,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="store the fitted weights in the checkpoint")
     parser.add_argument("--timing", type=int, default=0, metavar="N",
                         help="only time sampling N tokens with and without the checkpoint's recall")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="lockstep timing rounds (default: %(default)s)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     orders = tuple(int(o) for o in args.orders.split(","))

@@ -17,14 +17,13 @@ the bar it is in. Without it, a bar or two that happen to repeat feed their own 
 piece can lock into a loop of them.
 
 The weights are fitted on held-out songs by likelihood (`fit_weights`; bench/recall.py), so the
-mixture is a better model of real music, not a taste: a order with no gain gets weight 0. Each new
+mixture is a better model of real music, not a taste: an order with no gain gets weight 0. Each new
 token updates one hash table per order, O(len(orders)) per token whatever the position: decoding stays
 O(1) per token. One `Recall` follows one sequence (a sample, or a prompt followed by its samples).
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -182,6 +181,7 @@ def mix_logits(logits: torch.Tensor, recalls: Sequence[Recall], weights: Sequenc
         mixed[row] = torch.log((1.0 - weight) * own + weight * copy)
     return mixed
 
+
 @dataclass
 class Trace:
     """Per position of some sequences: which order matched (-1: none) and the copy probability of the
@@ -219,7 +219,7 @@ def recall_nll(ids: Sequence[int], nll: np.ndarray, config: RecallConfig, keys: 
 
 def mixture_nll(trace: Trace, weights: Sequence[float]) -> np.ndarray:
     """(N,) NLL (nats) of each token under the mixture with `weights`."""
-    w = np.where(trace.order >= 0, np.asarray(list(weights) + [0.0])[trace.order], 0.0)
+    w = np.asarray([*weights, 0.0])[trace.order]  # order -1 (no match) picks the trailing 0
     return -np.log((1.0 - w) * trace.p_model + w * trace.p_copy)
 
 
@@ -241,6 +241,3 @@ def fit_weights(trace: Trace, num_orders: int, grid: int = 100) -> tuple[float, 
 def concat(traces: Sequence[Trace]) -> Trace:
     return Trace(*(np.concatenate([getattr(t, name) for t in traces]) for name in ("order", "p_copy", "p_model")))
 
-
-def bits(nll: np.ndarray) -> float:
-    return float(nll.mean() / math.log(2))

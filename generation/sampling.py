@@ -35,10 +35,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from generation.recall import KeyTokens, Recall, RecallConfig, Sections, mix_logits
 from model import MusicPerformer
 from model.attention import LayerState
 from model.performer import GenerationState
-from generation.recall import KeyTokens, Recall, RecallConfig, Sections, mix_logits
 from tokenization import BaseTokenizer, ConstraintState
 
 if TYPE_CHECKING:
