@@ -211,9 +211,8 @@ def default_label(checkpoint_dir: Path) -> str:
     return (run_dir.name if run_dir is not None else "") or checkpoint_dir.name
 
 
-def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0) -> tuple[list[Any], list[str]]:
-    """Pieces (and names) of the chosen split of the corpus, checked against the tokenizer; with
-    `min_tokens`, only the pieces at least that long (before --max-pieces is applied)."""
+def open_corpus(args: argparse.Namespace, ckpt: Any) -> Any:
+    """The token corpus of --corpus (default: the checkpoint's data.root), checked against the tokenizer."""
     from data import load_corpus
 
     root = Path(args.corpus or ckpt.config.data.root)
@@ -226,6 +225,15 @@ def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0) ->
     if not extends(ckpt.tokenizer.vocab.tokens, corpus.tokenizer.vocab.tokens):
         raise ValueError(f"corpus {root} uses a {type(corpus.tokenizer).__name__} vocabulary that differs "
                          f"from the checkpoint's {type(ckpt.tokenizer).__name__}")
+    return corpus
+
+
+def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0, corpus: Any = None
+                    ) -> tuple[list[Any], list[str]]:
+    """Pieces (and names) of the chosen split of the corpus (`corpus`, or `open_corpus`'s); with
+    `min_tokens`, only the pieces at least that long (before --max-pieces is applied)."""
+    corpus = open_corpus(args, ckpt) if corpus is None else corpus
+    root = corpus.root
     split = args.split
     if split is None:  # held out: test, else valid
         split = "test" if corpus.pieces("test") else "valid"
@@ -352,7 +360,6 @@ def run_quality(args: argparse.Namespace) -> None:
 
 
 def run_form(args: argparse.Namespace) -> None:
-    from data import load_corpus
     from evaluation.form import label_songs
     from evaluation.form_report import FormOptions, evaluate_form
     from evaluation.quality import real_pieces_from_ids
@@ -368,8 +375,8 @@ def run_form(args: argparse.Namespace) -> None:
     structure = Path(args.structure) if args.structure else Path(data.source).parent / "pop909_structure"
     if not structure.is_dir():
         raise ValueError(f"phrase labels not found: {structure} (POP909's pop909_structure folder; --structure DIR)")
-    pieces, names = held_out_pieces(args, ckpt)
-    corpus = load_corpus(Path(args.corpus or data.root))
+    corpus = open_corpus(args, ckpt)
+    pieces, names = held_out_pieces(args, ckpt, corpus=corpus)
     songs = [(name, list(ids), real.ids) for name, ids, real in
              zip(names, pieces, real_pieces_from_ids(pieces, names, ckpt.tokenizer, len(pieces), 0))]
     labelled, placement = label_songs(songs, ckpt.tokenizer, Path(data.source), structure,

@@ -298,3 +298,31 @@ def test_bad_input_fails_with_one_line_and_no_output(case, runs, remi_corpus, tm
                 "missing_corpus": "corpus not found", "bad_layer": "--layer", "no_command": "required"}[case]
     assert expected in message
     assert not out.exists() or not any(out.iterdir())
+
+
+SHARED_POP909 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pop909"
+
+
+@pytest.mark.skipif(not (SHARED_POP909.parent / "pop909_structure").is_dir(),
+                    reason=f"needs the shared POP909 songs and their phrase labels in {SHARED_POP909.parent} (absent here)")
+def test_form_measures_labelled_held_out_songs_and_pieces_with_their_forms(tmp_path):
+    from data.build import build_corpus
+    from cli_helpers import save_tiny
+
+    corpus = tmp_path / "corpus"
+    build_corpus("pop909", corpus, str(SHARED_POP909), max_pieces=40)
+    data = {"kind": "pop909", "root": str(corpus), "source": str(SHARED_POP909), "crop_len": 32}
+    run = save_tiny(tmp_path / "run", REMITokenizer(time_signatures=True), max_len=512, data=data)
+    out, figures = tmp_path / "out", tmp_path / "form.json"
+    assert main(["form", "--checkpoint", str(run), "--songs", "2", "--max-len", "256", "--pieces", "1",
+                 "--tokens", "256", "--form-pieces", "1", "--threads", "1", "--no-progress",
+                 "--out", str(out), "--json", str(figures)]) == 0
+    measured = json.loads(figures.read_text())
+    placed = measured["placement"]
+    assert placed["songs"] >= placed["with_labels"] >= placed["on_our_bars"] >= 2
+    assert measured["real_same_n"] == 2 and measured["form_same_n"] == 1  # 2 songs measured, 1 piece
+    assert 0.0 <= measured["real_different"] < measured["real_same"] <= 1.0  # real songs restate
+    assert measured["form_bars"] > 8  # the piece has its song's form: tens of bars, not the 256-token cap
+    assert (out / "form.md").is_file()
+    assert (out / "form_ssm.png").read_bytes()[:8] == PNG_MAGIC
+    assert any((out / "generated").iterdir())
