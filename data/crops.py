@@ -35,7 +35,10 @@ class CropDataset(Dataset):
     starts with a full crop after them (a 6,000-token song at crops of 2,048: once in about 55). With
     ``start_crops`` the crop that starts at the piece's first bar is drawn first, with the same
     probability: a song's opening (its first bars, after the meter that only a song's start has) is then
-    trained as often as its end, not once per bar start. With
+    trained as often as its end, not once per bar start. With ``fim_end_crops`` False, a crop that
+    reaches the piece's end is never rearranged for fill in the middle, so that the end token is learnt
+    left to right as often as ``end_crops`` draws it (a rearranged crop's end token sits behind the
+    markers, not after the song). With
     ``max_bars`` the crop also stops before the
     ``max_bars``-th bar after its start (the paper's "at most 48 bars"). The transposition is drawn
     uniformly from ``-transpose .. +transpose`` (the paper: 6 for REMI, 5 for Groove2Groove), re-drawn
@@ -56,6 +59,7 @@ class CropDataset(Dataset):
         end_crops: bool = False,
         fim_suffix_tokens: int | None = None,
         start_crops: bool = False,
+        fim_end_crops: bool = True,
     ):
         if not len(pieces):
             raise ValueError("CropDataset needs at least one piece")
@@ -72,6 +76,7 @@ class CropDataset(Dataset):
         self.fim_suffix_tokens = fim_suffix_tokens  # a rearranged crop's suffix is at most this long (None: any)
         self.end_crops = end_crops  # draw the crop reaching the piece's end with probability crop_len / length
         self.start_crops = start_crops  # draw the crop at the piece's first bar with probability crop_len / length
+        self.fim_end_crops = fim_end_crops  # a crop reaching the piece's end may be rearranged (else: left to right)
         self.unscored = marker_ids(tokenizer)[:2] if fim_rate > 0 else ()  # markers that are never targets
         self.epoch = 0  # set by set_epoch; part of every draw's seed
         self.bar_starts = [self._starts(p) for p in self.pieces]  # per piece: sorted bar start indices
@@ -99,7 +104,8 @@ class CropDataset(Dataset):
         start = self.draw_start(piece_index, rng)
         crop = self.cut(piece, piece_index, start)
         crop = self.draw_transposition(crop, rng)
-        if self.fim_rate > 0 and rng.random() < self.fim_rate:
+        at_end = start + len(crop) >= len(piece)  # holds the piece's last token (its end token)
+        if self.fim_rate > 0 and (self.fim_end_crops or not at_end) and rng.random() < self.fim_rate:
             crop = fim_crop(self.tokenizer, crop, rng, self.fim_suffix_tokens)
         inputs, targets = pad_crop(crop, self.crop_len, self.tokenizer.pad_id)
         for marker in self.unscored:

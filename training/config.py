@@ -66,6 +66,9 @@ class DataConfig:
     # draw the crop that starts at a piece's first bar with probability crop_len / its length, so that
     # song openings are trained as often as endings (data.crops.CropDataset); False: once per bar start
     start_crops: bool = False
+    # fill in the middle may rearrange a crop that reaches a piece's end; False: such crops stay left to
+    # right, so that the end token is learnt after a song's last bar as often as end_crops draws it
+    fim_end_crops: bool = True
     # train with state passing (data.streams): each of train.batch_size streams reads whole songs from
     # their start in consecutive segments of crop_len tokens, and the model's recurrent state is carried
     # from one segment to the next (gradients stop at the segment's start); False: independent crops

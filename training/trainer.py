@@ -130,7 +130,8 @@ class Trainer:
         train_set = CropDataset(train_pieces, self.tokenizer, crop_len=d.crop_len, transpose=d.transpose,
                                 seed=cfg.train.seed, samples_per_piece=d.samples_per_piece,
                                 max_bars=d.max_bars, fim_rate=d.fim_rate, end_crops=d.end_crops,
-                                fim_suffix_tokens=d.fim_suffix_tokens, start_crops=d.start_crops)
+                                fim_suffix_tokens=d.fim_suffix_tokens, start_crops=d.start_crops,
+                                fim_end_crops=d.fim_end_crops)
         self.valid_set = ValidationSet(valid_pieces, self.tokenizer, crop_len=d.crop_len, max_len=d.crop_len,
                                        seed=cfg.train.seed).crops  # fixed, untransposed crops
         self.stream = BatchStream(train_set, cfg.train.batch_size, cfg.train.seed, dist_env,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from data import IGNORE_INDEX
 from data.crops import CropDataset
 from remi import REMITokenizer
 from remi.infill import MARKERS_PER_CROP, arrange, fim_crop, marker_ids, restore_order
@@ -134,6 +135,30 @@ def test_crops_with_fim_never_score_the_two_placed_markers(fim, song):
     assert any(end in targets.tolist() for _, targets in samples)  # the end of the middle is learnt
     with pytest.raises(ValueError, match="no fill-in-the-middle tokens"):
         CropDataset([np.asarray(song)], REMITokenizer(), crop_len=128, fim_rate=0.5)
+
+
+def test_crops_reaching_the_end_stay_left_to_right_unless_fim_end_crops(fim, song):
+    piece = np.asarray(song + [fim.eos_id])
+    hole = marker_ids(fim)[0]
+
+    def crops(fim_end_crops: bool) -> tuple[int, list[bool]]:
+        """Crops whose song end token is learnt, and per other crop whether it is rearranged."""
+        data = CropDataset([piece], fim, crop_len=128, transpose=0, fim_rate=1.0, end_crops=True, seed=3,
+                           samples_per_piece=60, fim_end_crops=fim_end_crops)
+        ends, others = 0, []
+        for inputs, targets in (data[i] for i in range(len(data))):
+            scored = targets[targets != IGNORE_INDEX].tolist()
+            if fim.eos_id in scored:
+                assert hole not in inputs.tolist() and scored[-1] == fim.eos_id  # after the song's last bar
+                ends += 1
+            else:
+                others.append(hole in inputs.tolist())
+        return ends, others
+
+    ends_kept, others_kept = crops(False)
+    ends_fim, _ = crops(True)
+    assert ends_kept >= 5 and ends_kept > 3 * ends_fim  # a rearranged crop drops the end token
+    assert sum(others_kept) >= 0.75 * len(others_kept)  # the other crops are still rearranged
 
 
 def test_the_tokenizer_contract_gives_the_markers_and_the_arrangement(fim, song):
