@@ -1,0 +1,47 @@
+"""bench.endings on a tiny random model: p(end) along a held-out song, and the table."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bench import endings
+from cli_helpers import save_tiny
+from data.corpus import Piece, write_corpus
+from evaluation.form import token_nll
+from generation.pieces import piece_ids
+from remi import REMITokenizer
+from training.checkpoint import load_model
+
+
+def test_end_probability_is_the_model_probability_of_the_end_token(chorale_midi, tmp_path):
+    torch.set_num_threads(1)
+    tokenizer = REMITokenizer()
+    ids = piece_ids(tokenizer, chorale_midi) + [tokenizer.eos_id]
+    model = load_model(save_tiny(tmp_path / "tiny", tokenizer, max_len=4096)).model.eval()
+    p = endings.end_probability(model, ids, tokenizer.eos_id, seed=3)
+    assert p.shape == (len(ids) - 1,) and ((p > 0) & (p < 1)).all()
+    with torch.no_grad():
+        nll = token_nll(model, ids, seed=3)
+    assert np.isclose(p[-1], np.exp(-nll[-1]), rtol=1e-4)  # where the end token really follows
+    song = endings.song_ending(model, ids, tokenizer.eos_id, tokenizer.vocab["Bar_None"], seed=3)
+    assert np.isclose(song.at_end, p[-1]) and np.isclose(song.hazard, p[:-1].sum())
+    bars = [i for i, t in enumerate(ids[1:]) if t == tokenizer.vocab["Bar_None"]]
+    assert len(bars) >= endings.LAST_BARS
+    assert np.isclose(song.last_bars, p[bars[-endings.LAST_BARS:]].mean())
+    rest = bars[:-endings.LAST_BARS]
+    assert np.isclose(song.other_bars, p[rest].mean()) if rest else np.isnan(song.other_bars)
+
+
+def test_main_writes_the_table(chorale_midi, tmp_path):
+    torch.set_num_threads(1)
+    tokenizer = REMITokenizer()
+    song = np.asarray(piece_ids(tokenizer, chorale_midi) + [tokenizer.eos_id], dtype=np.int32)
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, tokenizer, {"test": [Piece("a", song), Piece("b", song[:-1])]}, [], "test", {})
+    run = save_tiny(tmp_path / "tiny", tokenizer, max_len=4096)
+    out = tmp_path / "out"
+    assert endings.main(["--checkpoint", str(run), "--corpus", str(corpus), "--threads", "1", "--out", str(out)]) == 0
+    text = (out / "endings.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith(f"| {run} |"))
+    assert row.split("|")[2].strip() == "1"  # the song without its end token is left out
