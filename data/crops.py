@@ -37,8 +37,8 @@ class CropDataset(Dataset):
     probability: a song's opening (its first bars, after the meter that only a song's start has) is then
     trained as often as its end, not once per bar start. With ``fim_end_crops`` False, a crop that
     reaches the piece's end is never rearranged for fill in the middle, so that the end token is learnt
-    left to right as often as ``end_crops`` draws it (a rearranged crop's end token sits behind the
-    markers, not after the song). With
+    left to right as often as ``end_crops`` draws it (``fim_crop`` keeps the crop's length by trimming
+    the end of its suffix, so a rearranged end crop loses the end token). With
     ``max_bars`` the crop also stops before the
     ``max_bars``-th bar after its start (the paper's "at most 48 bars"). The transposition is drawn
     uniformly from ``-transpose .. +transpose`` (the paper: 6 for REMI, 5 for Groove2Groove), re-drawn
