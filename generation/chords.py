@@ -173,6 +173,7 @@ class ChordSteer:
         self.bar, self.beat0, self.eos = tokenizer.bar_id, vocab["Beat_0"], tokenizer.eos_id
         self.beats = np.asarray(vocab.by_type("Beat"), dtype=np.int64)
         self.chord_ids = np.asarray(vocab.by_type("Chord"), dtype=np.int64)
+        self.tempi = np.asarray(vocab.by_type("Tempo"), dtype=np.int64)
 
     def __call__(self, tokens: Sequence[int], allowed: np.ndarray) -> np.ndarray:
         """`allowed` (V,) for the sample's next token, given its tokens so far."""
@@ -188,8 +189,8 @@ class ChordSteer:
         beats = np.isin(bar, self.beats)
         if not beats.any():  # Bar [TimeSig] so far: open the bar on its first beat
             return _only(narrowed, self.beat0)
-        if beats.sum() == 1 and bar[-1] == self.beat0:  # right after the bar's first Beat_0
-            return _only(narrowed, self.chords[len(starts) - 1])
+        if beats.sum() == 1 and bar[beats][0] == self.beat0 and np.isin(bar[np.argmax(beats) + 1:], self.tempi).all():
+            return _only(narrowed, self.chords[len(starts) - 1])  # right after the first Beat_0 (and its Tempo)
         narrowed[self.chord_ids] = False
         return narrowed
 

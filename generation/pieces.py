@@ -7,11 +7,13 @@ import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+
 from generation.audio import AudioConfig, AudioTooLong, render_files
 from generation.outputs import AtomicOutputs
 from generation.own_file import OwnFile, Placed, generated_bars, next_bar_time, place
 from generation.pianoroll import save_pianoroll
-from generation.sampling import GenerationResult
+from generation.sampling import GenerationResult, Steer
 from tokenization import BaseTokenizer, load_midi, midi_notes
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,32 @@ def bars_budget(bars: int, tokens: int | None, default: int, what: str) -> int:
 def start_ids(tokenizer: BaseTokenizer) -> list[int]:
     """What an unprompted piece starts with: the format's start token (REMI: a bar line)."""
     return [tokenizer.start_id]
+
+
+def song_opening(tokenizer: BaseTokenizer, then: Steer | None = None) -> Steer | None:
+    """The steer of an unprompted piece (its first token the start token alone), applied before `then`:
+    the piece opens as every piece the format encodes does (`tokenizer.opening()`; REMI: `Bar TimeSig
+    Beat_0 Tempo`), the model choosing among each position's tokens; `then` itself where the format
+    fixes no opening.
+
+    A crop drawn from the middle of a song also starts at a bar line, with nothing before it: a lone bar
+    line reads as a mid-song crop, and the model then writes a song's middle, as dense as one
+    (bench/README.md, "Opening a song as songs open")."""
+    steps = [np.asarray(ids, dtype=np.int64) for ids in tokenizer.opening()]
+    if not steps:
+        return then
+    start = tokenizer.start_id
+
+    def opening(tokens: list[int], allowed: np.ndarray) -> np.ndarray:
+        at = len(tokens) - 1  # opening position of the next token
+        if (at < len(steps) and tokens[0] == start and all(t in steps[i] for i, t in enumerate(tokens[1:]))
+                and allowed[steps[at]].any()):
+            narrowed = np.zeros_like(allowed)
+            narrowed[steps[at]] = allowed[steps[at]]
+            allowed = narrowed
+        return allowed if then is None else then(tokens, allowed)
+
+    return opening
 
 
 def strip_eos(ids: Sequence[int], eos: int) -> list[int]:

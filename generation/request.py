@@ -29,7 +29,7 @@ from generation.form import RESTATE, form_and_chords, form_budget, form_steer
 from generation.infill import (INFILL_MODEL, InfillJob, has_infill, infill_checkpoint, infill_sampling,
                                parse_bar_range)
 from generation.own_file import RENDERS, OwnFile, own_file
-from generation.pieces import (bar_stop, bars_budget, keep_bars, opening_bars, piece_ids, start_ids,
+from generation.pieces import (bar_stop, bars_budget, keep_bars, opening_bars, piece_ids, song_opening, start_ids,
                                track_report)
 from generation.recall import Sections
 from generation.sampling import (Decoder, GenerationResult, SamplingConfig, StopCondition, Steer, check_seed,
@@ -156,6 +156,8 @@ class GenerationRequest:
             steer = job.steer()
         if not (defaults.end if self.end is None else self.end) and self.constrained:
             steer = without_end(tokenizer.eos_id, steer)
+        if not prompted and job is None:
+            steer = song_opening(tokenizer, steer)
         if chords is not None and bars is None:
             bars = len(chords)
         sections = [(p.first, p.label) for p in parsed.phrases] if parsed.phrases is not None else []

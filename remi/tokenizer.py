@@ -126,6 +126,12 @@ class REMITokenizer(BaseTokenizer, token_format="remi"):
         """A piece starts with a bar line (``Bar_None``)."""
         return self.bar_id
 
+    def opening(self) -> list[list[int]]:
+        """A piece opens ``Bar [TimeSig] Beat_0 Tempo``: its first bar declares its meter (with time
+        signatures), and the tempo in force is written at its first position (``_tempo_events``)."""
+        meters = [self.vocab.by_type("TimeSig")] if self.time_signatures else []
+        return [*meters, [self.vocab["Beat_0"]], self.vocab.by_type("Tempo")]
+
     def meters_followed(self, midi: miditoolkit.MidiFile) -> list[str]:
         """The meter the meter policy chose (``EncodeStats.meter``), else the file's time signatures."""
         meter = self.last_encode_stats.meter

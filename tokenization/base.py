@@ -13,7 +13,8 @@ implements four hooks:
 
 and the contract that data/, generation/ and apps/ rely on, for every format alike:
 
-* ``start_id``: the token an unprompted piece starts with;
+* ``start_id``: the token an unprompted piece starts with, and ``opening()``: the token choices that
+  follow it in every encoded piece (default: none fixed);
 * ``bar_starts(ids)``: indices where a bar starts (training crops and prompts are cut there);
 * ``transpose(ids, semitones)``: the same piece shifted in pitch (ValueError when a pitch leaves the range);
 * ``constraint_state(hold_bars=None)``: a fresh :class:`~tokenization.constraints.ConstraintState` (the
@@ -150,6 +151,11 @@ class BaseTokenizer(ABC):
     @abstractmethod
     def start_id(self) -> int:
         """The token an unprompted piece starts with."""
+
+    def opening(self) -> list[list[int]]:
+        """What every piece the format encodes opens with after ``start_id``: per position, the ids one of
+        which comes there (the format's own choices); [] where a piece's opening is not fixed."""
+        return []
 
     @abstractmethod
     def bar_starts(self, ids: Sequence[int]) -> list[int]:

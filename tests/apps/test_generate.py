@@ -53,6 +53,8 @@ def test_generation_writes_midi_tokens_and_pianoroll(remi_run, remi, tmp_path):
     assert (tmp_path / "song.png").read_bytes()[:8] == PNG_MAGIC
     tokens = read_tokens(tmp_path / "song.txt")
     assert tokens[0] == "Bar_None" and 2 <= len(tokens) <= 41
+    assert tokens[1].startswith("TimeSig_") and tokens[2] == "Beat_0"  # opens as encoded songs do
+    assert tokens[3].startswith("Tempo_")
     state = remi.constraint_state()  # the sampled sequence is grammatical
     for token in remi.strings_to_ids(tokens):
         assert state.allowed()[token], remi.vocab.token(token)
@@ -128,6 +130,8 @@ def test_chords_from_the_command_line_or_a_file(remi, tmp_path):
         assert main(["--checkpoint", str(run), "--out", str(out), option, value, "--tokens", "100",
                      "--no-progress", "--no-audio"]) == 0
         tokens = read_tokens(out.with_suffix(".txt"))
+        assert tokens[1].startswith("TimeSig_") and tokens[3].startswith("Tempo_")  # a song's opening, then
+        del tokens[3], tokens[1]
         assert tokens == [t for chord in ("C_M", "A_m", "F_M", "G_7") for t in ("Bar_None", "Beat_0", f"Chord_{chord}")]
 
 
