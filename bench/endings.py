@@ -13,6 +13,13 @@ seeded pass, and the model's probability of the end token as the next token is t
   the end more as the song nears it.
 
 Prints a table of medians and means over the songs per checkpoint, and writes endings.md in --out.
+
+`--fit` (one checkpoint) fits the sampler's end bias b (`generate.end_bias`: the end token's odds
+times e**b at every position) by likelihood on the valid songs, and measures it on the test songs: the
+log-likelihood of each song's end decisions (where it ends, and that it goes on everywhere before),
+and the summed p(end) before the true end, with and without b. A recall mixture gives the end token
+the model's own probability (`generation.recall.mix_logits`), so the fit holds with recall too.
+`--write` stores b in the checkpoint's sampling defaults (meta.json), as `bench.recall --write` does.
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ import torch
 from tqdm.auto import tqdm
 
 from data import load_corpus
+from data.corpus import TokenCorpus
 from model import MusicPerformer
-from training.checkpoint import load_model
+from training.checkpoint import load_model, set_generate_defaults
 
 LAST_BARS = 8  # bar lines counted as the song's last ones
+BIASES = np.round(np.arange(-2.0, 4.0001, 0.05), 2)  # end biases tried by the fit (log odds factors)
 
 
 @torch.no_grad()
@@ -64,6 +73,37 @@ def song_ending(model: MusicPerformer, ids: Sequence[int], end: int, bar: int, s
                       other_bars=float(p[rest].mean()) if len(rest) else float("nan"))
 
 
+def biased(p: np.ndarray, bias: float) -> np.ndarray:
+    """p(end) with its odds multiplied by e**bias (the other tokens keep their proportions)."""
+    odds = p * np.exp(bias)
+    return odds / (1.0 - p + odds)
+
+
+def end_log_likelihood(songs: Sequence[np.ndarray], bias: float) -> float:
+    """Mean over the songs (each its p(end) along it, the last at the true end) of the log-likelihood of
+    the end decisions under `bias`: log p(end) at the end plus log(1 - p(end)) at every position before."""
+    return float(np.mean([np.log(biased(p[-1:], bias)[0]) + np.log1p(-biased(p[:-1], bias)).sum()
+                          for p in songs]))
+
+
+def fit_end_bias(songs: Sequence[np.ndarray]) -> float:
+    """The bias of BIASES with the highest `end_log_likelihood`."""
+    return float(BIASES[int(np.argmax([end_log_likelihood(songs, b) for b in BIASES]))])
+
+
+def fit_table(fit: Sequence[np.ndarray], measured: Sequence[np.ndarray], bias: float) -> str:
+    """Markdown: the end decisions of the measured songs without and with the fitted bias."""
+    lines = [f"End bias fitted on {len(fit)} valid songs: **{bias:+.2f}** (odds x {np.exp(bias):.2f}).", "",
+             "| test songs | log-likelihood of the end decisions, per song | p(end) at the true end, median | "
+             "summed p(end) before it, median (mean) |", "|---|---:|---:|---:|"]
+    for label, b in (("no bias", 0.0), (f"bias {bias:+.2f}", bias)):
+        at_end = [biased(p[-1:], b)[0] for p in measured]
+        before = [biased(p[:-1], b).sum() for p in measured]
+        lines.append(f"| {label} | {end_log_likelihood(measured, b):.3f} | {np.median(at_end):.4f} | "
+                     f"{np.median(before):.2f} ({np.mean(before):.2f}) |")
+    return "\n".join(lines) + "\n"
+
+
 def table(rows: dict[str, list[SongEnding]]) -> str:
     """Markdown: per checkpoint, medians (and means) over its songs."""
 
@@ -91,8 +131,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the positional noise")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of endings.md")
+    parser.add_argument("--fit", action="store_true", help="fit the end bias on the valid songs (one checkpoint)")
+    parser.add_argument("--write", action="store_true", help="with --fit: store it in the checkpoint")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.fit:
+        return fit_main(args)
+    if args.write:
+        parser.error("--write stores a fitted bias: give --fit")
 
     rows: dict[str, list[SongEnding]] = {}
     corpus = None
@@ -101,10 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         corpus = corpus or load_corpus(Path(args.corpus or ckpt.config.data.root))
         tokenizer = ckpt.tokenizer
         end, bar = tokenizer.eos_id, tokenizer.vocab["Bar_None"]
-        songs = [list(map(int, ids)) for ids in corpus.pieces(args.split) if len(ids) > 1 and int(ids[-1]) == end]
-        if not songs:
-            raise SystemExit(f"no song of the {args.split} split ends with the end token")
-        songs = songs[:args.songs]
+        songs = ending_songs(corpus, args.split, end, args.songs)
         ckpt.model.eval()
         rows[name] = [song_ending(ckpt.model, ids, end, bar, args.seed)
                       for ids in tqdm(songs, desc=name, unit="song")]
@@ -115,6 +158,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "endings.md").write_text(text)
     print(text)
+    return 0
+
+
+def ending_songs(corpus: TokenCorpus, split: str, end: int, limit: int | None) -> list[list[int]]:
+    """The songs of `split` that end with the `end` token (at most `limit`); SystemExit when none does."""
+    songs = [list(map(int, ids)) for ids in corpus.pieces(split) if len(ids) > 1 and int(ids[-1]) == end]
+    if not songs:
+        raise SystemExit(f"no song of the {split} split ends with the end token")
+    return songs[:limit]
+
+
+def fit_main(args: argparse.Namespace) -> int:
+    """--fit: the end bias on the valid songs, measured on --split's."""
+    if len(args.checkpoint) != 1:
+        raise SystemExit("--fit takes one --checkpoint")
+    ckpt = load_model(args.checkpoint[0])
+    corpus = load_corpus(Path(args.corpus or ckpt.config.data.root))
+    end = ckpt.tokenizer.eos_id
+    ckpt.model.eval()
+    probs = {split: [end_probability(ckpt.model, ids, end, args.seed)
+                     for ids in tqdm(ending_songs(corpus, split, end, args.songs), desc=split, unit="song")]
+             for split in ("valid", args.split)}
+    bias = fit_end_bias(probs["valid"])
+    text = (f"`python -m bench.endings --checkpoint {args.checkpoint[0]} --fit --split {args.split} --seed "
+            f"{args.seed}`: the sampler's end bias, fitted by likelihood.\n\n" + fit_table(probs["valid"],
+                                                                                        probs[args.split], bias))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "end_bias.md").write_text(text)
+    print(text)
+    if args.write:
+        folder = set_generate_defaults(ckpt.path, end_bias=bias)
+        print(f"wrote generate.end_bias={bias:g} into {folder}/meta.json")
     return 0
 
 

@@ -80,6 +80,7 @@ class SamplingConfig:
     nucleus: str = "token"  # "token": one top_p cut over the vocabulary; "type": one per token type
     hold_bars: int | None = None  # groove formats: close any note held this many bars; None/0: no limit
     recall: RecallConfig | None = None  # copy cache mixed into the model's distribution (None: off)
+    end_bias: float = 0.0  # added to the End token's logit (after recall, before temperature)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
@@ -90,6 +91,8 @@ class SamplingConfig:
             raise ValueError(f"nucleus must be one of {NUCLEUS_SCOPES}, got {self.nucleus!r}")
         if self.hold_bars is not None and self.hold_bars < 0:
             raise ValueError(f"hold_bars must be >= 0 (0: no limit), got {self.hold_bars}")
+        if not math.isfinite(self.end_bias):
+            raise ValueError(f"end_bias must be finite, got {self.end_bias}")
         if self.hold_bars and not self.constrained:
             raise ValueError("a hold limit needs grammar-constrained sampling (constrained=True)")
 
@@ -99,7 +102,7 @@ class SamplingConfig:
                       hold_bars: int | None = None, recall: bool | None = None) -> SamplingConfig:
         """A checkpoint's sampling defaults (its `generate` config section) with explicit values winning;
         the hold limit (`hold_bars`, else the defaults'; 0: none) applies to constrained sampling only;
-        recall (None: on when the checkpoint has fitted weights) needs them."""
+        recall (None: on when the checkpoint has fitted weights) needs them; the end bias is the defaults'."""
         constrained = defaults.constrained and constrained
         hold = defaults.hold_bars if hold_bars is None else hold_bars
         weights = defaults.recall_weights
@@ -111,7 +114,8 @@ class SamplingConfig:
                    temperature=defaults.temperature if temperature is None else temperature,
                    nucleus=defaults.nucleus if nucleus is None else nucleus,
                    constrained=constrained, hold_bars=(hold or None) if constrained else None,
-                   recall=RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag) if use_recall else None)
+                   recall=RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag) if use_recall else None,
+                   end_bias=defaults.end_bias)
 
 
 @dataclass
@@ -294,6 +298,9 @@ class Decoder:
             logits = self.logits  # (B, V)
             if self.recalls is not None:
                 logits = mix_logits(logits, self.recalls, self.sampling.recall.weights)  # (B, V) log-probs
+            if self.sampling.end_bias:
+                logits = logits.clone()  # (B, V)
+                logits[:, eos] += self.sampling.end_bias
             drawn = sample_next(logits, self.sampling.top_p, self.sampling.temperature, allowed,
                                 self.generator, self.types).tolist()  # (B,)
             for i, token in enumerate(drawn):

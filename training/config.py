@@ -180,6 +180,8 @@ class GenerateConfig:
     # None: no recall; fitted on held-out pieces by `python -m bench.recall --write`)
     recall_orders: tuple[int, ...] = ORDERS  # key lengths of the recall's copy cache, increasing
     recall_min_lag: int = MIN_LAG  # recall copies from at least this many tokens back
+    end_bias: float = 0.0  # added to the End token's logit while sampling (its odds times e**end_bias);
+    # fitted on held-out songs by likelihood: `python -m bench.endings --fit --write`
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)
@@ -192,6 +194,8 @@ class GenerateConfig:
         _at_most("generate.seed", self.seed, SEED_MAX, "2**64 - 1")
         _at_least("generate.seed", self.seed, 0)
         _choice("generate.nucleus", self.nucleus, NUCLEUS_SCOPES)
+        if not math.isfinite(self.end_bias):
+            raise ValueError(f"generate.end_bias must be finite, got {self.end_bias}")
         if self.recall_weights is not None:
             RecallConfig(self.recall_weights, self.recall_orders, self.recall_min_lag)  # a ValueError if wrong
 

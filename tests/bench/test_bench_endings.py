@@ -45,3 +45,27 @@ def test_main_writes_the_table(chorale_midi, tmp_path):
     text = (out / "endings.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith(f"| {run} |"))
     assert row.split("|")[2].strip() == "1"  # the song without its end token is left out
+
+
+def test_the_fitted_bias_is_the_likelihoods_best():
+    # each song: p(end) 0.001 at 99 positions, then 1e-4 at its true end; the end decisions' likelihood
+    # log(k p_end) - k * 0.099 (small p) is best at odds k = 1 / 0.099
+    songs = [np.r_[np.full(99, 0.001), 1e-4]] * 3
+    bias = endings.fit_end_bias(songs)
+    assert abs(bias - np.log(1 / 0.099)) <= 0.05
+    assert np.allclose(endings.biased(songs[0], 0.0), songs[0])
+    assert endings.end_log_likelihood(songs, bias) > endings.end_log_likelihood(songs, 0.0)
+
+
+def test_fit_writes_the_bias_into_the_checkpoint(chorale_midi, tmp_path):
+    torch.set_num_threads(1)
+    tokenizer = REMITokenizer()
+    song = np.asarray(piece_ids(tokenizer, chorale_midi) + [tokenizer.eos_id], dtype=np.int32)
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, tokenizer, {"valid": [Piece("a", song)], "test": [Piece("b", song)]}, [], "test", {})
+    run = save_tiny(tmp_path / "tiny", tokenizer, max_len=4096)
+    out = tmp_path / "out"
+    assert endings.main(["--checkpoint", str(run), "--corpus", str(corpus), "--fit", "--write", "--threads", "1",
+                         "--out", str(out)]) == 0
+    bias = load_model(run).config.generate.end_bias
+    assert bias in endings.BIASES and f"{bias:+.2f}" in (out / "end_bias.md").read_text()

@@ -178,6 +178,32 @@ def test_generation_stops_at_eos(tokenizer):
     assert result.tokens == [tokenizer.bar_id, tokenizer.eos_id] and result.stopped_at_eos
 
 
+def test_the_end_bias_multiplies_the_end_tokens_odds(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    with torch.no_grad():  # a model that never predicts EOS unless biased
+        model.ln_f.weight.zero_()
+        model.ln_f.bias.fill_(1.0)
+        model.head.weight.zero_()
+        model.head.weight[tokenizer.eos_id] = -1.0  # logit -16
+    ends = []
+    for bias in (0.0, 60.0):
+        result = generate(model, tokenizer, [tokenizer.bar_id], 20, SamplingConfig(end_bias=bias),
+                          generator=torch.Generator().manual_seed(0))
+        ends.append(result.stopped_at_eos and len(result.tokens) == 2)  # where the grammar first allows it
+    assert ends == [False, True]
+    with pytest.raises(ValueError, match="end_bias must be finite"):
+        SamplingConfig(end_bias=float("inf"))
+
+
+def test_the_end_bias_comes_from_the_models_defaults():
+    from training.config import GenerateConfig
+
+    assert SamplingConfig.from_defaults(GenerateConfig(end_bias=0.85)).end_bias == 0.85
+    assert SamplingConfig.from_defaults(GenerateConfig()).end_bias == 0.0
+    with pytest.raises(ValueError, match="generate.end_bias must be finite"):
+        GenerateConfig(end_bias=float("nan")).validate()
+
+
 def test_stop_condition_ends_decoding(tokenizer):
     model = tiny_model(tokenizer.vocab_size)
     result = generate(model, tokenizer, [tokenizer.bar_id], 50, SamplingConfig(constrained=False),
