@@ -20,6 +20,10 @@ log-likelihood of each song's end decisions (where it ends, and that it goes on 
 and the summed p(end) before the true end, with and without b. A recall mixture gives the end token
 the model's own probability (`generation.recall.mix_logits`), so the fit holds with recall too.
 `--write` stores b in the checkpoint's sampling defaults (meta.json), as `bench.recall --write` does.
+
+`--pieces DIR` (one checkpoint) compares, with the checkpoint's own end bias, the summed p(end) per bar
+over the MIDI files of DIR (e.g. an evaluation's generated pieces, as written) with the same over the
+split's songs: whether the model expects an end as often in those pieces as in real songs.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from tqdm.auto import tqdm
 
 from data import load_corpus
 from data.corpus import TokenCorpus
+from generation.pieces import strip_eos
 from model import MusicPerformer
 from training.checkpoint import load_model, set_generate_defaults
 
@@ -133,10 +138,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results", help="folder of endings.md")
     parser.add_argument("--fit", action="store_true", help="fit the end bias on the valid songs (one checkpoint)")
     parser.add_argument("--write", action="store_true", help="with --fit: store it in the checkpoint")
+    parser.add_argument("--pieces", action="append", metavar="DIR",
+                        help="MIDI files (searched recursively) to compare with the songs: p(end) per bar "
+                             "(repeat for more folders)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.fit:
         return fit_main(args)
+    if args.pieces:
+        return pieces_main(args)
     if args.write:
         parser.error("--write stores a fitted bias: give --fit")
 
@@ -167,6 +177,42 @@ def ending_songs(corpus: TokenCorpus, split: str, end: int, limit: int | None) -
     if not songs:
         raise SystemExit(f"no song of the {split} split ends with the end token")
     return songs[:limit]
+
+
+def end_per_bar(model: MusicPerformer, ids: Sequence[int], end: int, bias: float, bars: int, seed: int) -> float:
+    """p(end) (with `bias`) summed over a piece without its end token, per bar of the piece."""
+    return float(biased(end_probability(model, ids, end, seed), bias).sum() / max(bars, 1))
+
+
+def pieces_main(args: argparse.Namespace) -> int:
+    """--pieces: p(end) per bar over the MIDI files of a folder against the split's songs."""
+    if len(args.checkpoint) != 1:
+        raise SystemExit("--pieces takes one --checkpoint")
+    ckpt = load_model(args.checkpoint[0])
+    tokenizer, model, bias = ckpt.tokenizer, ckpt.model.eval(), ckpt.config.generate.end_bias
+    groups = {}
+    for folder in args.pieces:
+        files = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in (".mid", ".midi"))
+        if not files:
+            raise SystemExit(f"--pieces {folder}: no MIDI files")
+        groups[folder] = [strip_eos(tokenizer.encode(p), tokenizer.eos_id) for p in files]
+    corpus = load_corpus(Path(args.corpus or ckpt.config.data.root))
+    groups[f"{args.split} songs"] = [s[:-1] for s in ending_songs(corpus, args.split, tokenizer.eos_id, args.songs)]
+    folders = " ".join(f"--pieces {folder}" for folder in args.pieces)
+    lines = [f"`python -m bench.endings --checkpoint {args.checkpoint[0]} {folders} --split "
+             f"{args.split} --seed {args.seed}`: p(end) summed along each piece (its end token left out), per "
+             f"bar, with the end bias {bias:+g}.", "", "| pieces | count | per bar, median | mean |",
+             "|---|---:|---:|---:|"]
+    for label, pieces in groups.items():
+        rates = [end_per_bar(model, ids, tokenizer.eos_id, bias, len(tokenizer.bar_starts(ids)), args.seed)
+                 for ids in tqdm(pieces, desc=label, unit="piece")]
+        lines.append(f"| {label} | {len(rates)} | {np.median(rates):.4f} | {np.mean(rates):.4f} |")
+    text = "\n".join(lines) + "\n"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "end_per_bar.md").write_text(text)
+    print(text)
+    return 0
 
 
 def fit_main(args: argparse.Namespace) -> int:

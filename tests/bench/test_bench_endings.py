@@ -69,3 +69,26 @@ def test_fit_writes_the_bias_into_the_checkpoint(chorale_midi, tmp_path):
                          "--out", str(out)]) == 0
     bias = load_model(run).config.generate.end_bias
     assert bias in endings.BIASES and f"{bias:+.2f}" in (out / "end_bias.md").read_text()
+
+
+def test_pieces_are_compared_with_the_songs_per_bar(chorale_midi, tmp_path):
+    torch.set_num_threads(1)
+    tokenizer = REMITokenizer()
+    song = np.asarray(piece_ids(tokenizer, chorale_midi) + [tokenizer.eos_id], dtype=np.int32)
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, tokenizer, {"test": [Piece("a", song)]}, [], "test", {})
+    pieces = tmp_path / "pieces" / "one"
+    pieces.mkdir(parents=True)
+    (pieces / "x.mid").write_bytes(chorale_midi.read_bytes())
+    run = save_tiny(tmp_path / "tiny", tokenizer, max_len=4096)
+    out = tmp_path / "out"
+    assert endings.main(["--checkpoint", str(run), "--corpus", str(corpus), "--pieces", str(tmp_path / "pieces"),
+                         "--threads", "1", "--out", str(out)]) == 0
+    rows = [line.split("|") for line in (out / "end_per_bar.md").read_text().splitlines() if line.startswith("| ")]
+    values = {row[1].strip(): float(row[3]) for row in rows[1:]}
+    assert values.keys() == {str(tmp_path / "pieces"), "test songs"}
+    # the same song both ways: as a file (read back, its end token dropped) and from the corpus
+    ids = piece_ids(tokenizer, chorale_midi)
+    model = load_model(run).model.eval()
+    expected = endings.end_per_bar(model, ids, tokenizer.eos_id, 0.0, len(tokenizer.bar_starts(ids)), 0)
+    assert np.isclose(values["test songs"], expected, atol=1e-4)
