@@ -164,11 +164,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = (f"`python -m bench.endings {' '.join(f'--checkpoint {c}' for c in args.checkpoint)} --split "
             f"{args.split} --seed {args.seed}`: the end token's probability along the songs, teacher-forced.\n\n"
             + table(rows))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "endings.md").write_text(text)
-    print(text)
+    publish(args.out, "endings.md", text)
     return 0
+
+
+def publish(out: str, name: str, text: str) -> None:
+    """Write `text` as `name` in the folder `out` (made if missing) and print it."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    print(text)
 
 
 def ending_songs(corpus: TokenCorpus, split: str, end: int, limit: int | None) -> list[list[int]]:
@@ -208,10 +213,7 @@ def pieces_main(args: argparse.Namespace) -> int:
                  for ids in tqdm(pieces, desc=label, unit="piece")]
         lines.append(f"| {label} | {len(rates)} | {np.median(rates):.4f} | {np.mean(rates):.4f} |")
     text = "\n".join(lines) + "\n"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "end_per_bar.md").write_text(text)
-    print(text)
+    publish(args.out, "end_per_bar.md", text)
     return 0
 
 
@@ -230,10 +232,7 @@ def fit_main(args: argparse.Namespace) -> int:
     text = (f"`python -m bench.endings --checkpoint {args.checkpoint[0]} --fit --split {args.split} --seed "
             f"{args.seed}`: the sampler's end bias, fitted by likelihood.\n\n" + fit_table(probs["valid"],
                                                                                         probs[args.split], bias))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "end_bias.md").write_text(text)
-    print(text)
+    publish(args.out, "end_bias.md", text)
     if args.write:
         folder = set_generate_defaults(ckpt.path, end_bias=bias)
         print(f"wrote generate.end_bias={bias:g} into {folder}/meta.json")

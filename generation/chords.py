@@ -189,8 +189,9 @@ class ChordSteer:
         beats = np.isin(bar, self.beats)
         if not beats.any():  # Bar [TimeSig] so far: open the bar on its first beat
             return _only(narrowed, self.beat0)
-        if beats.sum() == 1 and bar[beats][0] == self.beat0 and np.isin(bar[np.argmax(beats) + 1:], self.tempi).all():
-            return _only(narrowed, self.chords[len(starts) - 1])  # right after the first Beat_0 (and its Tempo)
+        at = np.flatnonzero(beats)  # the bar's Beat tokens
+        if len(at) == 1 and bar[at[0]] == self.beat0 and np.isin(bar[at[0] + 1:], self.tempi).all():
+            return _only(narrowed, self.chords[len(starts) - 1])  # right after Beat_0 (and a Tempo)
         narrowed[self.chord_ids] = False
         return narrowed
 

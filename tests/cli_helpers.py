@@ -50,6 +50,16 @@ def save_tiny(run_dir: Path, tokenizer, pe: str = "sine_spe", max_len: int = 256
     return run_dir
 
 
+def song_corpus(folder: Path, tokenizer, midi: Path, splits: Sequence[str] = ("test",)) -> Path:
+    """A token corpus in `folder` whose `splits` each hold `midi` as one song ending with the end token."""
+    from data.corpus import Piece, write_corpus
+    from generation.pieces import piece_ids
+
+    song = np.asarray(piece_ids(tokenizer, midi) + [tokenizer.eos_id], dtype=np.int32)
+    write_corpus(folder, tokenizer, {split: [Piece(f"song_{split}", song)] for split in splits}, [], "test", {})
+    return folder
+
+
 def free_port() -> int:
     """A TCP port free on the loopback address now."""
     with socket.socket() as sock:

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from bench import endings
-from cli_helpers import save_tiny
+from cli_helpers import save_tiny, song_corpus
 from data.corpus import Piece, write_corpus
 from evaluation.form import token_nll
 from generation.pieces import piece_ids
@@ -60,9 +60,7 @@ def test_the_fitted_bias_is_the_likelihoods_best():
 def test_fit_writes_the_bias_into_the_checkpoint(chorale_midi, tmp_path):
     torch.set_num_threads(1)
     tokenizer = REMITokenizer()
-    song = np.asarray(piece_ids(tokenizer, chorale_midi) + [tokenizer.eos_id], dtype=np.int32)
-    corpus = tmp_path / "corpus"
-    write_corpus(corpus, tokenizer, {"valid": [Piece("a", song)], "test": [Piece("b", song)]}, [], "test", {})
+    corpus = song_corpus(tmp_path / "corpus", tokenizer, chorale_midi, ("valid", "test"))
     run = save_tiny(tmp_path / "tiny", tokenizer, max_len=4096)
     out = tmp_path / "out"
     assert endings.main(["--checkpoint", str(run), "--corpus", str(corpus), "--fit", "--write", "--threads", "1",
@@ -74,9 +72,7 @@ def test_fit_writes_the_bias_into_the_checkpoint(chorale_midi, tmp_path):
 def test_pieces_are_compared_with_the_songs_per_bar(chorale_midi, tmp_path):
     torch.set_num_threads(1)
     tokenizer = REMITokenizer()
-    song = np.asarray(piece_ids(tokenizer, chorale_midi) + [tokenizer.eos_id], dtype=np.int32)
-    corpus = tmp_path / "corpus"
-    write_corpus(corpus, tokenizer, {"test": [Piece("a", song)]}, [], "test", {})
+    corpus = song_corpus(tmp_path / "corpus", tokenizer, chorale_midi)
     pieces = tmp_path / "pieces" / "one"
     pieces.mkdir(parents=True)
     (pieces / "x.mid").write_bytes(chorale_midi.read_bytes())

@@ -6,8 +6,7 @@ import numpy as np
 import torch
 
 from bench import opening
-from cli_helpers import save_tiny
-from data.corpus import Piece, write_corpus
+from cli_helpers import save_tiny, song_corpus
 from generation.pieces import piece_ids
 from remi import REMITokenizer
 
@@ -29,9 +28,7 @@ def test_counts_are_taken_bar_by_bar(chorale_midi):
 def test_main_compares_both_starts_with_the_real_songs(chorale_midi, tmp_path):
     torch.set_num_threads(1)
     tokenizer = REMITokenizer()
-    song = np.asarray(piece_ids(tokenizer, chorale_midi) + [tokenizer.eos_id], dtype=np.int32)
-    corpus = tmp_path / "corpus"
-    write_corpus(corpus, tokenizer, {"test": [Piece("a", song)]}, [], "test", {})
+    corpus = song_corpus(tmp_path / "corpus", tokenizer, chorale_midi)
     run = save_tiny(tmp_path / "tiny", tokenizer, max_len=4096)
     out = tmp_path / "out"
     assert opening.main(["--checkpoint", str(run), "--corpus", str(corpus), "--seeds", "2", "--pieces", "1",
