@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from data import load_corpus
 from data.corpus import TokenCorpus
+from evaluation.form import teacher_forced_logits
 from generation.pieces import strip_eos
 from model import MusicPerformer
 from training.checkpoint import load_model, set_generate_defaults
@@ -47,15 +48,11 @@ LAST_BARS = 8  # bar lines counted as the song's last ones
 BIASES = np.round(np.arange(-2.0, 4.0001, 0.05), 2)  # end biases tried by the fit (log odds factors)
 
 
-@torch.no_grad()
 def end_probability(model: MusicPerformer, ids: Sequence[int], end: int, seed: int = 0) -> np.ndarray:
     """(len(ids) - 1,) the model's probability that the end token follows ids[:i + 1], teacher-forced
     in one pass with one positional noise drawn from `seed`."""
-    device = model.head.weight.device
-    tokens = torch.as_tensor(list(ids), dtype=torch.long, device=device)[None]  # (1, L)
-    noise = model.draw_positional_noise(tokens.shape[1], generator=torch.Generator().manual_seed(seed))
-    logits, _ = model(tokens[:, :-1], positional_noise=noise)  # (1, L - 1, V)
-    return torch.softmax(logits[0].double(), dim=-1)[:, end].cpu().numpy()  # (L - 1,)
+    logits = teacher_forced_logits(model, ids, seed)  # (L - 1, V)
+    return torch.softmax(logits.double(), dim=-1)[:, end].cpu().numpy()  # (L - 1,)
 
 
 @dataclass

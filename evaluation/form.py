@@ -141,6 +141,17 @@ class Memory:
 
 
 @torch.no_grad()
+def teacher_forced_logits(model: MusicPerformer, ids: Sequence[int], seed: int) -> torch.Tensor:
+    """(len(ids) - 1, V) the model's next-token logits after each of ids[:-1], teacher-forced in one pass
+    with one positional noise drawn from `seed` (as `token_nll`)."""
+    device = model.head.weight.device
+    tokens = torch.as_tensor(list(ids), dtype=torch.long, device=device)[None]  # (1, L)
+    noise = model.draw_positional_noise(tokens.shape[1], generator=torch.Generator().manual_seed(seed))
+    logits, _ = model(tokens[:, :-1], positional_noise=noise)  # (1, L - 1, V)
+    return logits[0]
+
+
+@torch.no_grad()
 def token_nll(model: MusicPerformer, ids: Sequence[int], seed: int) -> np.ndarray:
     """(len(ids) - 1,) teacher-forced NLL of ids[1:], one positional noise drawn from `seed`."""
     device = model.head.weight.device
