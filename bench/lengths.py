@@ -1,6 +1,6 @@
 """How long the sampler's songs run, and the end bias that gives them the length of real songs.
 
-    python -m bench.lengths --checkpoint pop909_infill --corpus corpus/pop909 --write
+    python -m bench.lengths --checkpoint pop909_infill --corpus corpus/pop909 --ramp --write
 
 `bench.endings --fit` fits the end bias by the likelihood of real songs' end decisions; but the model
 expects an end less often in its own pieces than in real songs (`bench.endings --pieces`), so its
@@ -17,11 +17,13 @@ unprompted songs still run long. This fits the bias on what the sampler writes i
    pieces follow the sampler's law given that no end came yet, so each bias's law of lengths is read off
    the same pieces, with no sampling noise between biases (the teacher-forced pass draws its own
    positional noise, as `bench.endings` does);
-4. the fitted bias is the grid's bias at which half of the pieces' length law lies at or below the
-   median length of the --fit-split songs (bars, leading silent bars dropped); the --split songs are
-   the held-out check. `--write` stores it as the checkpoint's `generate.end_bias`.
+4. the fitted schedule is the grid's under whose law the --fit-split songs' lengths (bars, leading silent
+   bars dropped) are likeliest: an end bias alone, or with --ramp a bias and a ramp (`generate.end_ramp`,
+   log odds added per bar line so far, so that ends grow likelier as the song grows, as real songs' do).
+   The --split songs' lengths are the held-out check. `--write` stores the schedule in the checkpoint.
 
-Prints a table, writes lengths.md and lengths.png (the laws of lengths against the songs') in --out.
+Prints a table, writes lengths.md and lengths.png (the laws of lengths against the songs') in --out, and
+the pieces' hazards in lengths.npz there (`--reuse` reads them back instead of sampling again).
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ from generation.request import GenerationRequest
 from generation.sampling import SamplingConfig, sampling_probabilities, token_types
 from training.checkpoint import load_model, set_generate_defaults
 
-BIASES = np.round(np.arange(-1.0, 5.0001, 0.05), 2)  # end biases of the grid (log odds, before temperature)
+BIASES = np.round(np.arange(-4.0, 6.0001, 0.05), 2)  # end biases of the grid (log odds, before temperature)
+RAMPS = np.round(np.arange(0.0, 0.1001, 0.0025), 4)  # end ramps tried by --ramp (log odds per bar line)
+SMOOTH_BARS = 3  # the law is smoothed over +- this many bars when it scores songs' lengths
+FLOOR = 1e-4  # the smoothed law's least probability of a length
 
 
 @dataclass
@@ -94,11 +99,31 @@ def sampler_hazard(ckpt, sampling: SamplingConfig, steer, ids: Sequence[int], pr
     return PieceHazard(np.asarray(bars, dtype=int), np.asarray(hazard).reshape(-1, len(BIASES)), len(starts))
 
 
-def length_law(pieces: Sequence[PieceHazard], k: int, top: int) -> np.ndarray:
-    """(top + 1,) the law of lengths in bars under bias index k: the pieces' laws averaged."""
+@dataclass(frozen=True)
+class Schedule:
+    """What the End token's logit gets: `bias`, plus `ramp` per bar line so far (generate.end_bias, end_ramp)."""
+
+    bias: float
+    ramp: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.bias:+g}" + (f" {self.ramp:+g}/bar" if self.ramp else "")
+
+
+def scheduled_hazard(piece: PieceHazard, schedule: Schedule) -> np.ndarray:
+    """(P,) the piece's hazard at each position under `schedule`: the grid's bias nearest to the scheduled
+    one (clipped to the grid)."""
+    step = BIASES[1] - BIASES[0]
+    wanted = schedule.bias + schedule.ramp * piece.bars  # (P,)
+    k = np.clip(np.rint((wanted - BIASES[0]) / step).astype(int), 0, len(BIASES) - 1)
+    return piece.hazard[np.arange(len(k)), k]
+
+
+def length_law(pieces: Sequence[PieceHazard], schedule: Schedule, top: int) -> np.ndarray:
+    """(top + 1,) the law of lengths in bars under `schedule`: the pieces' laws averaged."""
     law = np.zeros(top + 1)
     for piece in pieces:
-        h = piece.hazard[:, k]
+        h = scheduled_hazard(piece, schedule)  # (P,)
         alive = np.concatenate([[1.0], np.cumprod(1.0 - h)])  # survival before each position, then at the cap
         np.add.at(law, np.minimum(piece.bars, top), h * alive[:-1])
         law[min(piece.full_bars, top)] += alive[-1]
@@ -117,10 +142,21 @@ def song_bars(ckpt, corpus, split: str) -> np.ndarray:
                        for ids in corpus.pieces(split)])
 
 
-def fit_bias(pieces: Sequence[PieceHazard], target: float, top: int) -> int:
-    """The grid index whose law puts a probability closest to 1/2 at or below `target` bars."""
-    below = [np.cumsum(length_law(pieces, k, top))[int(target)] for k in range(len(BIASES))]
-    return int(np.argmin(np.abs(np.asarray(below) - 0.5)))
+def length_log_likelihood(law: np.ndarray, lengths: np.ndarray) -> float:
+    """Mean log-probability of the songs' lengths under `law`, smoothed over +-SMOOTH_BARS bars (a law read
+    off a dozen pieces is spiky) and floored at FLOOR."""
+    kernel = np.ones(2 * SMOOTH_BARS + 1) / (2 * SMOOTH_BARS + 1)
+    smooth = np.maximum(np.convolve(law, kernel, mode="same"), FLOOR)
+    return float(np.mean(np.log(smooth[np.minimum(lengths, len(law) - 1)])))
+
+
+def fit_schedule(pieces: Sequence[PieceHazard], lengths: np.ndarray, top: int, ramp: bool) -> Schedule:
+    """The schedule of the grid (bias on BIASES; with `ramp`, ramp on RAMPS, else 0) under whose law the
+    songs' lengths are likeliest."""
+    candidates = [Schedule(float(b), float(r)) for b in BIASES for r in (RAMPS if ramp else (0.0,))]
+    scores = [length_log_likelihood(length_law(pieces, c, top), lengths) for c in tqdm(
+        candidates, desc="fitting", unit="schedule", leave=False)]
+    return candidates[int(np.argmax(scores))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,56 +170,93 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pieces", type=int, default=6, help="pieces per seed, one batch (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     parser.add_argument("--out", default="bench/results", help="folder of lengths.md and lengths.png")
-    parser.add_argument("--write", action="store_true", help="store the fitted bias in the checkpoint")
+    parser.add_argument("--ramp", action="store_true",
+                        help="fit an end ramp (log odds per bar line) beside the bias, not the bias alone")
+    parser.add_argument("--write", action="store_true", help="store the fitted bias (and ramp) in the checkpoint")
+    parser.add_argument("--reuse", action="store_true",
+                        help="read the pieces' hazards from --out/lengths.npz (a run with the same checkpoint "
+                             "and settings) instead of sampling them again")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     ckpt = load_model(args.checkpoint)
     ckpt.model.eval()
     corpus = load_corpus(Path(args.corpus or ckpt.config.data.root))
     real = {split: song_bars(ckpt, corpus, split) for split in (args.fit_split, args.split)}
-    shipped = ckpt.config.generate.end_bias
-    pieces: list[PieceHazard] = []
-    for seed in args.seeds:
-        request = GenerationRequest(tokens=args.tokens, num_samples=args.pieces, seed=seed, end=False)
-        results = request.run(ckpt, progress=True)
-        plan = GenerationRequest(tokens=args.tokens, seed=seed).plan(ckpt, request.check())  # End allowed
-        for result in tqdm(results, desc=f"seed {seed}: reading the pieces", unit="piece"):
-            pieces.append(sampler_hazard(ckpt, plan.sampling, plan.steer, result.tokens, result.prompt_len, seed))
+    cache = Path(args.out) / "lengths.npz"
+    pieces = load_hazards(cache) if args.reuse else sample_hazards(ckpt, args.tokens, args.seeds, args.pieces)
+    if not args.reuse:
+        save_hazards(pieces, cache)
     top = max(max(p.full_bars for p in pieces), int(max(r.max() for r in real.values()))) + 1
-    target = float(np.median(real[args.fit_split]))
-    fitted = float(BIASES[fit_bias(pieces, target, top)])
-    text = table(args, pieces, real, shipped, fitted, top)
-    out = Path(args.out)
-    publish(args.out, "lengths.md", text)
-    plot(pieces, real, {f"end bias {shipped:+g} (the checkpoint's)": shipped, f"end bias {fitted:+g} (fitted)": fitted},
-         top, out / "lengths.png")
+    fitted = fit_schedule(pieces, real[args.fit_split], top, args.ramp)
+    shipped = Schedule(ckpt.config.generate.end_bias, ckpt.config.generate.end_ramp)
+    rows = {"no bias": Schedule(0.0), "the checkpoint's": shipped,
+            f"fitted{' with a ramp' if args.ramp else ''}": fitted}
+    publish(args.out, "lengths.md", table(args, pieces, real, rows, top))
+    plot(pieces, real, rows, top, Path(args.out) / "lengths.png")
     if args.write:
-        folder = set_generate_defaults(ckpt.path, end_bias=fitted)
-        print(f"wrote generate.end_bias={fitted:g} into {folder}/meta.json")
+        folder = set_generate_defaults(ckpt.path, end_bias=fitted.bias, end_ramp=fitted.ramp)
+        print(f"wrote generate.end_bias={fitted.bias:g}, end_ramp={fitted.ramp:g} into {folder}/meta.json")
     return 0
 
 
-def table(args: argparse.Namespace, pieces: Sequence[PieceHazard], real: dict[str, np.ndarray], shipped: float,
-          fitted: float, top: int) -> str:
-    """Markdown: the songs' lengths, and the pieces' law of lengths under a few biases."""
+def sample_hazards(ckpt, tokens: int, seeds: Sequence[int], per_seed: int) -> list[PieceHazard]:
+    """Steps 1-2 of the module docstring: `per_seed` pieces per seed, sampled and read back."""
+    pieces = []
+    for seed in seeds:
+        request = GenerationRequest(tokens=tokens, num_samples=per_seed, seed=seed, end=False)
+        results = request.run(ckpt, progress=True)
+        plan = GenerationRequest(tokens=tokens, seed=seed).plan(ckpt, request.check())  # End allowed
+        for result in tqdm(results, desc=f"seed {seed}: reading the pieces", unit="piece"):
+            pieces.append(sampler_hazard(ckpt, plan.sampling, plan.steer, result.tokens, result.prompt_len, seed))
+    return pieces
+
+
+def save_hazards(pieces: Sequence[PieceHazard], path: Path) -> None:
+    """The pieces' hazards in one npz (arrays per piece, and the bias grid they were computed on)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {"biases": BIASES, "full_bars": np.asarray([p.full_bars for p in pieces])}
+    for i, piece in enumerate(pieces):
+        arrays[f"bars_{i}"], arrays[f"hazard_{i}"] = piece.bars, piece.hazard
+    np.savez_compressed(path, **arrays)
+
+
+def load_hazards(path: Path) -> list[PieceHazard]:
+    """The pieces `save_hazards` wrote (SystemExit when missing or on another bias grid)."""
+    if not path.is_file():
+        raise SystemExit(f"--reuse: no {path}; run once without --reuse first")
+    with np.load(path) as data:
+        if not np.array_equal(data["biases"], BIASES):
+            raise SystemExit(f"--reuse: {path} holds hazards on another bias grid; run without --reuse")
+        return [PieceHazard(data[f"bars_{i}"], data[f"hazard_{i}"], int(full))
+                for i, full in enumerate(data["full_bars"])]
+
+
+def table(args: argparse.Namespace, pieces: Sequence[PieceHazard], real: dict[str, np.ndarray],
+          rows: dict[str, Schedule], top: int) -> str:
+    """Markdown: the songs' lengths, and the pieces' law of lengths under each schedule of `rows`."""
     seeds = " ".join(map(str, args.seeds))
+    fit, held = real[args.fit_split], real[args.split]
     lines = [f"`python -m bench.lengths --checkpoint {args.checkpoint} --tokens {args.tokens} --seeds {seeds} "
-             f"--pieces {args.pieces}`: {len(pieces)} unprompted pieces sampled with End forbidden, their "
-             f"law of lengths in bars under each end bias. Fitted bias: **{fitted:+g}** (the checkpoint's: "
-             f"{shipped:+g}).", "", "| | median bars | quartiles | ended before the cap |", "|---|---:|---:|---:|"]
+             f"--pieces {args.pieces}{' --ramp' if args.ramp else ''}`: {len(pieces)} unprompted pieces sampled "
+             f"with End forbidden, their law of lengths in bars under each end schedule (bias, ramp per bar "
+             f"line). Fitted by the likelihood of the {len(fit)} {args.fit_split} songs' lengths: "
+             f"**{rows[list(rows)[-1]]}**.", "",
+             f"| | median bars | quartiles | ended before bar 32 | ended before the cap | {args.split} songs' "
+             f"lengths: log-likelihood |", "|---|---:|---:|---:|---:|---:|"]
     for split, bars in real.items():
         q1, q2, q3 = np.percentile(bars, [25, 50, 75])
-        lines.append(f"| {split} songs ({len(bars)}) | {q2:.0f} | {q1:.0f}-{q3:.0f} | |")
-    for label, b in (("no bias", 0.0), ("the checkpoint's bias", shipped), ("fitted bias", fitted)):
-        k = int(np.argmin(np.abs(BIASES - b)))
-        law = length_law(pieces, k, top)
-        ended = 1.0 - float(np.mean([np.prod(1.0 - p.hazard[:, k]) for p in pieces]))
-        lines.append(f"| pieces, {label} ({b:+g}) | {quantile(law, 0.5)} | {quantile(law, 0.25)}-"
-                     f"{quantile(law, 0.75)} | {100 * ended:.0f}% |")
+        lines.append(f"| {split} songs ({len(bars)}) | {q2:.0f} | {q1:.0f}-{q3:.0f} | "
+                     f"{100 * np.mean(bars < 32):.0f}% | | |")
+    for label, schedule in rows.items():
+        law = length_law(pieces, schedule, top)
+        capped = float(np.mean([np.prod(1.0 - scheduled_hazard(p, schedule)) for p in pieces]))
+        lines.append(f"| pieces, {label} ({schedule}) | {quantile(law, 0.5)} | {quantile(law, 0.25)}-"
+                     f"{quantile(law, 0.75)} | {100 * law[:32].sum():.0f}% | {100 * (1 - capped):.0f}% | "
+                     f"{length_log_likelihood(law, held):.3f} |")
     return "\n".join(lines) + "\n"
 
 
-def plot(pieces: Sequence[PieceHazard], real: dict[str, np.ndarray], biases: dict[str, float], top: int,
+def plot(pieces: Sequence[PieceHazard], real: dict[str, np.ndarray], rows: dict[str, Schedule], top: int,
          path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -193,12 +266,12 @@ def plot(pieces: Sequence[PieceHazard], real: dict[str, np.ndarray], biases: dic
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for split, bars in real.items():
         ax.step(np.sort(bars), np.arange(1, len(bars) + 1) / len(bars), where="post", label=f"{split} songs")
-    for label, b in biases.items():
-        ax.plot(x, np.cumsum(length_law(pieces, int(np.argmin(np.abs(BIASES - b))), top)), label=f"pieces, {label}")
+    for label, schedule in rows.items():
+        ax.plot(x, np.cumsum(length_law(pieces, schedule, top)), label=f"pieces, {label} ({schedule})")
     ax.axhline(0.5, color="grey", lw=0.6, ls=":")
     ax.set_xlabel("length (bars)")
     ax.set_ylabel("share of songs this long or shorter")
-    ax.set_title(f"{len(pieces)} unprompted pieces: their lengths under the end bias", fontsize=10)
+    ax.set_title(f"{len(pieces)} unprompted pieces: their lengths under the end schedule", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -352,7 +352,8 @@ class Plan:
         return (f"generating {self.num_samples} sample(s) of up to {self.budget} tokens after a {len(self.prompt)}-token "
                 f"prompt (top_p={sampling.top_p:g}, nucleus over each {sampling.nucleus}, temperature="
                 f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
-                f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}, seed {self.seed})")
+                f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}"
+                f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}, seed {self.seed})")
 
     def run(self, model: Any, device: torch.device, progress: bool = False,
             generator: torch.Generator | None = None) -> list[GenerationResult]:

@@ -81,6 +81,7 @@ class SamplingConfig:
     hold_bars: int | None = None  # groove formats: close any note held this many bars; None/0: no limit
     recall: RecallConfig | None = None  # copy cache mixed into the model's distribution (None: off)
     end_bias: float = 0.0  # added to the End token's logit (after recall, before temperature)
+    end_ramp: float = 0.0  # added to it too, per bar line the piece holds so far (prompt included)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
@@ -91,8 +92,8 @@ class SamplingConfig:
             raise ValueError(f"nucleus must be one of {NUCLEUS_SCOPES}, got {self.nucleus!r}")
         if self.hold_bars is not None and self.hold_bars < 0:
             raise ValueError(f"hold_bars must be >= 0 (0: no limit), got {self.hold_bars}")
-        if not math.isfinite(self.end_bias):
-            raise ValueError(f"end_bias must be finite, got {self.end_bias}")
+        if not math.isfinite(self.end_bias) or not math.isfinite(self.end_ramp):
+            raise ValueError(f"end_bias and end_ramp must be finite, got {self.end_bias}, {self.end_ramp}")
         if self.hold_bars and not self.constrained:
             raise ValueError("a hold limit needs grammar-constrained sampling (constrained=True)")
 
@@ -102,7 +103,8 @@ class SamplingConfig:
                       hold_bars: int | None = None, recall: bool | None = None) -> SamplingConfig:
         """A checkpoint's sampling defaults (its `generate` config section) with explicit values winning;
         the hold limit (`hold_bars`, else the defaults'; 0: none) applies to constrained sampling only;
-        recall (None: on when the checkpoint has fitted weights) needs them; the end bias is the defaults'."""
+        recall (None: on when the checkpoint has fitted weights) needs them; the end bias and ramp are the
+        defaults'."""
         constrained = defaults.constrained and constrained
         hold = defaults.hold_bars if hold_bars is None else hold_bars
         weights = defaults.recall_weights
@@ -115,7 +117,7 @@ class SamplingConfig:
                    nucleus=defaults.nucleus if nucleus is None else nucleus,
                    constrained=constrained, hold_bars=(hold or None) if constrained else None,
                    recall=RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag) if use_recall else None,
-                   end_bias=defaults.end_bias)
+                   end_bias=defaults.end_bias, end_ramp=defaults.end_ramp)
 
 
 @dataclass
@@ -254,6 +256,12 @@ class Decoder:
                             sections=sections)  # with a form, a bar copies from bars of its label only
             recall.extend(prompt)
             self.recalls = [copy.deepcopy(recall) for _ in range(num_samples)]
+        self.bars: list[int] | None = None  # bar lines of each sample so far, for the end ramp
+        if self.sampling.end_ramp:
+            if tokenizer.bar_id is None:
+                raise ValueError(f"an end ramp counts bar lines, which the {type(tokenizer).__name__} format "
+                                 f"has none of (set generate.end_ramp to 0)")
+            self.bars = [prompt.count(tokenizer.bar_id)] * num_samples
         self.finished = [False] * num_samples  # ended at EOS or by a stop condition
         self.at_eos = [False] * num_samples
         self.complete: list[int | None] = [None] * num_samples  # longest EOS-allowed length (constrained)
@@ -298,9 +306,9 @@ class Decoder:
             logits = self.logits  # (B, V)
             if self.recalls is not None:
                 logits = mix_logits(logits, self.recalls, self.sampling.recall.weights)  # (B, V) log-probs
-            if self.sampling.end_bias:
+            if self.sampling.end_bias or self.bars is not None:
                 logits = logits.clone()  # (B, V)
-                logits[:, eos] += self.sampling.end_bias
+                logits[:, eos] += self.end_logit_bias().to(logits)
             drawn = sample_next(logits, self.sampling.top_p, self.sampling.temperature, allowed,
                                 self.generator, self.types).tolist()  # (B,)
             for i, token in enumerate(drawn):
@@ -309,6 +317,8 @@ class Decoder:
                 self.tokens[i].append(token)
                 if self.recalls is not None:
                     self.recalls[i].append(token)
+                if self.bars is not None and token == self.tokenizer.bar_id:
+                    self.bars[i] += 1
                 if token == eos:
                     self.finished[i] = self.at_eos[i] = True
                     continue
@@ -325,6 +335,11 @@ class Decoder:
             self.logits, self.state = self.model.step(feed, self.state)  # (B, V)
         bar.close()
         self.seconds += time.perf_counter() - start
+
+    def end_logit_bias(self) -> torch.Tensor:
+        """(B,) what the End token's logit gets per sample: the end bias, plus the ramp per bar line."""
+        bars = torch.tensor(self.bars if self.bars is not None else [0] * self.num_samples, dtype=torch.float64)
+        return self.sampling.end_bias + self.sampling.end_ramp * bars  # (B,)
 
     def _masks(self, eos: int) -> np.ndarray:
         """(B, V) allowed tokens; finished samples allow everything (their draw is ignored)."""
@@ -362,7 +377,7 @@ class Decoder:
         """Everything `run` changes (tensors are never modified in place, so they are shared)."""
         return {"state": self.state, "noise": self.noise, "logits": self.logits,
                 "grammars": copy.deepcopy(self.grammars), "recalls": copy.deepcopy(self.recalls),
-                "tokens": [list(t) for t in self.tokens],
+                "tokens": [list(t) for t in self.tokens], "bars": None if self.bars is None else list(self.bars),
                 "finished": list(self.finished), "at_eos": list(self.at_eos),
                 "complete": list(self.complete), "seconds": self.seconds, "_reserved": self._reserved}
 
@@ -370,7 +385,8 @@ class Decoder:
         """Go back to a `snapshot` of this decoder."""
         snapshot = dict(snapshot, grammars=copy.deepcopy(snapshot["grammars"]),
                         recalls=copy.deepcopy(snapshot["recalls"]),
-                        tokens=[list(t) for t in snapshot["tokens"]])
+                        tokens=[list(t) for t in snapshot["tokens"]],
+                        bars=None if snapshot["bars"] is None else list(snapshot["bars"]))
         for name, value in snapshot.items():
             setattr(self, name, value)
 

@@ -16,6 +16,7 @@ and the contract that data/, generation/ and apps/ rely on, for every format ali
 * ``start_id``: the token an unprompted piece starts with, and ``opening()``: the token choices that
   follow it in every encoded piece (default: none fixed);
 * ``bar_starts(ids)``: indices where a bar starts (training crops and prompts are cut there);
+* ``bar_id``: the token that opens every bar, where the format has one (REMI's ``Bar``; groove: None);
 * ``transpose(ids, semitones)``: the same piece shifted in pitch (ValueError when a pitch leaves the range);
 * ``constraint_state(hold_bars=None)``: a fresh :class:`~tokenization.constraints.ConstraintState` (the
   grammar); ``hold_bars`` is a sampling policy for the formats that hold notes across bars
@@ -113,6 +114,7 @@ class BaseTokenizer(ABC):
     holds_notes: ClassVar[bool] = False  # notes may sound across bars until closed: a hold limit applies
     expressive_types: ClassVar[tuple[str, ...]] = ()  # token-name prefixes a restated passage may vary (recall)
     position_types: ClassVar[tuple[str, ...]] = ()  # token-name prefixes that mark the place in a bar (recall)
+    bar_id: int | None = None  # the token that opens every bar (None: the format's bars are read from time)
 
     def __init_subclass__(cls, token_format: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -182,6 +182,8 @@ class GenerateConfig:
     recall_min_lag: int = MIN_LAG  # recall copies from at least this many tokens back
     end_bias: float = 0.0  # added to the End token's logit while sampling (its odds times e**end_bias);
     # fitted on held-out songs by likelihood: `python -m bench.endings --fit --write`
+    end_ramp: float = 0.0  # added to the End token's logit per bar line so far (formats with bar lines);
+    # with end_bias, fitted to held-out songs' lengths: `python -m bench.lengths --ramp --write`
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)
@@ -194,8 +196,9 @@ class GenerateConfig:
         _at_most("generate.seed", self.seed, SEED_MAX, "2**64 - 1")
         _at_least("generate.seed", self.seed, 0)
         _choice("generate.nucleus", self.nucleus, NUCLEUS_SCOPES)
-        if not math.isfinite(self.end_bias):
-            raise ValueError(f"generate.end_bias must be finite, got {self.end_bias}")
+        if not math.isfinite(self.end_bias) or not math.isfinite(self.end_ramp):
+            raise ValueError(f"generate.end_bias and generate.end_ramp must be finite, got {self.end_bias}, "
+                             f"{self.end_ramp}")
         if self.recall_weights is not None:
             RecallConfig(self.recall_weights, self.recall_orders, self.recall_min_lag)  # a ValueError if wrong
 

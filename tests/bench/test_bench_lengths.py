@@ -45,20 +45,40 @@ def test_the_hazard_is_the_samplers_probability_of_the_end(tmp_path):
     assert (np.diff(piece.hazard, axis=1) >= -1e-12).all()  # a larger bias never lowers p(end)
 
 
-def test_the_law_of_lengths_and_the_fit():
-    k = len(lengths.BIASES)
+def constant_piece(p_end: float, bars: int = 100) -> lengths.PieceHazard:
+    """A piece with one chance to end per bar, at p_end without bias, on the grid's biases."""
     odds = np.exp(lengths.BIASES)[None]  # (1, K)
-    base = np.full((100, 1), 0.01)
-    hazard = base * odds / (1 - base + base * odds)  # (100, K): one chance to end per bar
-    piece = lengths.PieceHazard(bars=np.arange(1, 101), hazard=hazard, full_bars=100)
-    for index in (0, k // 2, k - 1):
-        law = lengths.length_law([piece], index, 150)
+    base = np.full((bars, 1), p_end)
+    return lengths.PieceHazard(bars=np.arange(1, bars + 1), hazard=base * odds / (1 - base + base * odds),
+                               full_bars=bars)
+
+
+def test_the_law_of_lengths():
+    piece = constant_piece(0.01)
+    for bias, ramp in ((-4.0, 0.0), (0.0, 0.0), (1.0, 0.05), (6.0, 0.0)):
+        schedule = lengths.Schedule(bias, ramp)
+        h = lengths.scheduled_hazard(piece, schedule)
+        k = np.clip(np.rint((bias + ramp * piece.bars + 4.0) / 0.05).astype(int), 0, len(lengths.BIASES) - 1)
+        assert np.allclose(h, piece.hazard[np.arange(100), k])
+        law = lengths.length_law([piece], schedule, 150)
         assert np.isclose(law.sum(), 1.0)
-        assert np.isclose(law[100], np.prod(1 - hazard[:, index]) + hazard[-1, index] * np.prod(1 - hazard[:-1, index]))
-    # a constant hazard h per bar has its median at log(2) / h bars: 30 bars need h = 0.0231
-    index = lengths.fit_bias([piece], 30, 150)
-    assert abs(hazard[0, index] - (1 - 0.5 ** (1 / 30))) < 0.002
-    assert lengths.quantile(lengths.length_law([piece], index, 150), 0.5) in (29, 30, 31)
+        assert np.isclose(law[100], np.prod(1 - h) + h[-1] * np.prod(1 - h[:-1]))  # ends at the last bar, or capped
+        assert np.allclose(law[1:100], h[:-1] * np.concatenate([[1.0], np.cumprod(1 - h[:-2])]))
+
+
+def test_the_fit_finds_the_lengths_law():
+    piece = constant_piece(0.01)
+    # songs of 20 to 40 bars, evenly: a bias alone puts a geometric law on them; the ramp, whose hazard
+    # grows with the bars, fits them better and ends fewer pieces in the first bars
+    songs = np.arange(20, 41)
+    alone = lengths.fit_schedule([piece], songs, 150, ramp=False)
+    ramped = lengths.fit_schedule([piece], songs, 150, ramp=True)
+    assert alone.ramp == 0.0 and ramped.ramp > 0.0
+    laws = [lengths.length_law([piece], s, 150) for s in (alone, ramped)]
+    scores = [lengths.length_log_likelihood(law, songs) for law in laws]
+    assert scores[1] > scores[0]
+    assert laws[1][:10].sum() < laws[0][:10].sum()
+    assert 20 <= lengths.quantile(laws[1], 0.5) <= 40
 
 
 def test_main_fits_and_writes_the_bias(chorale_midi, tmp_path):
@@ -68,8 +88,16 @@ def test_main_fits_and_writes_the_bias(chorale_midi, tmp_path):
     run = save_tiny(tmp_path / "tiny", tokenizer, max_len=1024)
     out = tmp_path / "out"
     assert lengths.main(["--checkpoint", str(run), "--corpus", str(corpus), "--tokens", "150", "--seeds", "1",
-                         "--pieces", "2", "--out", str(out), "--write"]) == 0
+                         "--pieces", "2", "--out", str(out), "--ramp", "--write"]) == 0
     text = (out / "lengths.md").read_text()
-    bias = load_model(run).config.generate.end_bias
-    assert bias in lengths.BIASES and f"**{bias:+g}**" in text
+    generate = load_model(run).config.generate
+    assert generate.end_bias in lengths.BIASES and generate.end_ramp in lengths.RAMPS
+    assert f"**{lengths.Schedule(generate.end_bias, generate.end_ramp)}**" in text
     assert "| valid songs (1) |" in text and (out / "lengths.png").stat().st_size > 0
+    saved = lengths.load_hazards(out / "lengths.npz")
+    assert len(saved) == 2
+    assert lengths.main(["--checkpoint", str(run), "--corpus", str(corpus), "--out", str(out), "--reuse",
+                         "--ramp"]) == 0
+    fitted = [line for line in text.splitlines() if line.startswith("| pieces, fitted")]
+    again = [line for line in (out / "lengths.md").read_text().splitlines() if line.startswith("| pieces, fitted")]
+    assert fitted == again  # the same pieces, the same fit

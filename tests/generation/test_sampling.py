@@ -191,8 +191,36 @@ def test_the_end_bias_multiplies_the_end_tokens_odds(tokenizer):
                           generator=torch.Generator().manual_seed(0))
         ends.append(result.stopped_at_eos and len(result.tokens) == 2)  # where the grammar first allows it
     assert ends == [False, True]
-    with pytest.raises(ValueError, match="end_bias must be finite"):
+    with pytest.raises(ValueError, match="end_bias and end_ramp must be finite"):
         SamplingConfig(end_bias=float("inf"))
+    with pytest.raises(ValueError, match="end_bias and end_ramp must be finite"):
+        SamplingConfig(end_ramp=float("nan"))
+
+
+def test_the_end_ramp_adds_its_bias_per_bar_line(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    with torch.no_grad():  # a model that never predicts EOS unless biased, and predicts bar lines mostly
+        model.ln_f.weight.zero_()
+        model.ln_f.bias.fill_(1.0)
+        model.head.weight.zero_()
+        model.head.weight[tokenizer.eos_id] = -1.0  # logit -16
+        model.head.weight[tokenizer.bar_id] = 0.5  # logit +8
+    sampling = SamplingConfig(end_bias=-40.0, end_ramp=12.0, constrained=False)
+    decoder = Decoder(model, tokenizer, [tokenizer.bar_id] * 2, 2, sampling, torch.Generator().manual_seed(0))
+    assert decoder.bars == [2, 2] and decoder.end_logit_bias().tolist() == [-16.0, -16.0]
+    decoder.run(40)
+    for tokens, bars in zip(decoder.tokens, decoder.bars):
+        assert bars == tokens.count(tokenizer.bar_id)
+        # the end comes once the ramp has lifted the End logit above the others: after 5 bar lines
+        assert tokens[-1] == tokenizer.eos_id and bars >= 5
+    snapshot = decoder.snapshot()
+    decoder.bars[0] += 3
+    decoder.restore(snapshot)
+    assert decoder.bars == [t.count(tokenizer.bar_id) for t in decoder.tokens]
+    from groove import GrooveTokenizer
+    groove = GrooveTokenizer()
+    with pytest.raises(ValueError, match="counts bar lines, which the GrooveTokenizer format has none of"):
+        Decoder(tiny_model(groove.vocab_size), groove, [groove.start_id], 1, SamplingConfig(end_ramp=0.1))
 
 
 def test_the_end_bias_comes_from_the_models_defaults():
@@ -200,8 +228,11 @@ def test_the_end_bias_comes_from_the_models_defaults():
 
     assert SamplingConfig.from_defaults(GenerateConfig(end_bias=0.85)).end_bias == 0.85
     assert SamplingConfig.from_defaults(GenerateConfig()).end_bias == 0.0
-    with pytest.raises(ValueError, match="generate.end_bias must be finite"):
+    assert SamplingConfig.from_defaults(GenerateConfig(end_ramp=0.05)).end_ramp == 0.05
+    with pytest.raises(ValueError, match="generate.end_bias and generate.end_ramp must be finite"):
         GenerateConfig(end_bias=float("nan")).validate()
+    with pytest.raises(ValueError, match="generate.end_bias and generate.end_ramp must be finite"):
+        GenerateConfig(end_ramp=float("inf")).validate()
 
 
 def test_stop_condition_ends_decoding(tokenizer):
