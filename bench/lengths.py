@@ -22,8 +22,9 @@ unprompted songs still run long. This fits the bias on what the sampler writes i
    log odds added per bar line so far, so that ends grow likelier as the song grows, as real songs' do).
    The --split songs' lengths are the held-out check. `--write` stores the schedule in the checkpoint.
 
-Prints a table, writes lengths.md and lengths.png (the laws of lengths against the songs') in --out, and
-the pieces' hazards in lengths.npz there (`--reuse` reads them back instead of sampling again).
+Prints a table, writes lengths.md and lengths.png (the laws of lengths against the songs') in --out;
+`--save FILE` keeps the pieces' hazards (about 8 MB a piece), `--reuse FILE` reads them back instead of
+sampling again (a refit takes seconds).
 """
 
 from __future__ import annotations
@@ -173,24 +174,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ramp", action="store_true",
                         help="fit an end ramp (log odds per bar line) beside the bias, not the bias alone")
     parser.add_argument("--write", action="store_true", help="store the fitted bias (and ramp) in the checkpoint")
-    parser.add_argument("--reuse", action="store_true",
-                        help="read the pieces' hazards from --out/lengths.npz (a run with the same checkpoint "
-                             "and settings) instead of sampling them again")
+    parser.add_argument("--save", metavar="NPZ", default=None, help="write the pieces' hazards to this file")
+    parser.add_argument("--reuse", metavar="NPZ", default=None,
+                        help="read the pieces' hazards from a --save file (same checkpoint and settings) "
+                             "instead of sampling them again")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     ckpt = load_model(args.checkpoint)
     ckpt.model.eval()
     corpus = load_corpus(Path(args.corpus or ckpt.config.data.root))
     real = {split: song_bars(ckpt, corpus, split) for split in (args.fit_split, args.split)}
-    cache = Path(args.out) / "lengths.npz"
-    pieces = load_hazards(cache) if args.reuse else sample_hazards(ckpt, args.tokens, args.seeds, args.pieces)
-    if not args.reuse:
-        save_hazards(pieces, cache)
+    if args.reuse:
+        pieces = load_hazards(Path(args.reuse))
+    else:
+        pieces = sample_hazards(ckpt, args.tokens, args.seeds, args.pieces)
+    if args.save:
+        save_hazards(pieces, Path(args.save))
     top = max(max(p.full_bars for p in pieces), int(max(r.max() for r in real.values()))) + 1
-    fitted = fit_schedule(pieces, real[args.fit_split], top, args.ramp)
     shipped = Schedule(ckpt.config.generate.end_bias, ckpt.config.generate.end_ramp)
     rows = {"no bias": Schedule(0.0), "the checkpoint's": shipped,
-            f"fitted{' with a ramp' if args.ramp else ''}": fitted}
+            "fitted, a bias alone": fit_schedule(pieces, real[args.fit_split], top, ramp=False)}
+    if args.ramp:
+        rows["fitted, bias and ramp"] = fit_schedule(pieces, real[args.fit_split], top, ramp=True)
+    fitted = rows[list(rows)[-1]]
     publish(args.out, "lengths.md", table(args, pieces, real, rows, top))
     plot(pieces, real, rows, top, Path(args.out) / "lengths.png")
     if args.write:
@@ -223,7 +229,7 @@ def save_hazards(pieces: Sequence[PieceHazard], path: Path) -> None:
 def load_hazards(path: Path) -> list[PieceHazard]:
     """The pieces `save_hazards` wrote (SystemExit when missing or on another bias grid)."""
     if not path.is_file():
-        raise SystemExit(f"--reuse: no {path}; run once without --reuse first")
+        raise SystemExit(f"--reuse: no {path}; sample the pieces once with --save {path}")
     with np.load(path) as data:
         if not np.array_equal(data["biases"], BIASES):
             raise SystemExit(f"--reuse: {path} holds hazards on another bias grid; run without --reuse")

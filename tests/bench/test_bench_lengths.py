@@ -88,16 +88,16 @@ def test_main_fits_and_writes_the_bias(chorale_midi, tmp_path):
     run = save_tiny(tmp_path / "tiny", tokenizer, max_len=1024)
     out = tmp_path / "out"
     assert lengths.main(["--checkpoint", str(run), "--corpus", str(corpus), "--tokens", "150", "--seeds", "1",
-                         "--pieces", "2", "--out", str(out), "--ramp", "--write"]) == 0
+                         "--pieces", "2", "--out", str(out), "--ramp", "--write", "--save", str(tmp_path / "h.npz")]) == 0
     text = (out / "lengths.md").read_text()
     generate = load_model(run).config.generate
     assert generate.end_bias in lengths.BIASES and generate.end_ramp in lengths.RAMPS
     assert f"**{lengths.Schedule(generate.end_bias, generate.end_ramp)}**" in text
     assert "| valid songs (1) |" in text and (out / "lengths.png").stat().st_size > 0
-    saved = lengths.load_hazards(out / "lengths.npz")
+    saved = lengths.load_hazards(tmp_path / "h.npz")
     assert len(saved) == 2
     assert lengths.main(["--checkpoint", str(run), "--corpus", str(corpus), "--out", str(out), "--reuse",
-                         "--ramp"]) == 0
+                         str(tmp_path / "h.npz"), "--ramp"]) == 0
     fitted = [line for line in text.splitlines() if line.startswith("| pieces, fitted")]
     again = [line for line in (out / "lengths.md").read_text().splitlines() if line.startswith("| pieces, fitted")]
     assert fitted == again  # the same pieces, the same fit
