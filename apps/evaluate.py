@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     groove.add_argument("--hold-bars", type=int, default=None,
                         help="sampling closes any note held this many bars, 0 for no limit (default: the "
                              "model's, as generate.py)")
+    groove.add_argument("--roles", action="store_true",
+                        help="also score bass, drums and accompaniment each alone (metric:role rows)")
 
     pe = command("pe", "translation invariance and monotonicity of the attention per head")
     pe.add_argument("--length", type=int, default=256,
@@ -284,7 +286,7 @@ def run_groove(args: argparse.Namespace) -> None:
     else:
         pieces, names = held_out_pieces(args, models[0][1])
     options = GrooveOptions(tokens=args.tokens, prompt_bars=args.prompt_bars, seed=args.seed, request=request,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, roles=args.roles)
     continued = []  # each continuation's length and held notes, the songs' own first
     rows = real_continuation_rows(models[0][1].tokenizer, pieces, names, options, continued=continued)  # the ceiling
     for label, ckpt in models:  # each model samples with its own defaults unless the options say otherwise

@@ -67,6 +67,7 @@ class GrooveOptions:
     # the prompt and the tokens are set per piece
     request: GenerationRequest = field(default_factory=GenerationRequest)
     progress: bool = True  # show a progress bar
+    roles: bool = False  # also score each role alone ("time_pitch:bass", ...: where a gap to the songs sits)
 
 
 def evaluate_groove(label: str, ckpt: Any, pieces: Sequence[np.ndarray], names: Sequence[str],
@@ -108,7 +109,7 @@ def _similarity_rows(label: str, tokenizer: BaseTokenizer, pieces: Sequence[np.n
         tokens = continue_prompt(prompt, ids)
         if continued is not None:
             continued.append(continuation_of(label, name, tokenizer, tokens, len(prompt), options.tokens))
-        for metric, values in score_continuation(tokenizer, tokens, len(prompt), ids).items():
+        for metric, values in score_continuation(tokenizer, tokens, len(prompt), ids, options.roles).items():
             rows += [SimilarityRow(label, name, metric, q + 1, float(v)) for q, v in enumerate(values)]
     if not rows:
         raise ValueError(f"no held-out piece has more than {options.prompt_bars} bars within "
@@ -147,18 +148,24 @@ def band_pieces(folder: Path, tokenizer: BaseTokenizer) -> tuple[list[np.ndarray
     return pieces, names, skipped
 
 
-def score_continuation(tokenizer: BaseTokenizer, tokens: Sequence[int], prompt_len: int, reference: Sequence[int]
-                       ) -> dict[str, np.ndarray]:
-    """{metric: (4,) similarities} of the part of `tokens` after the prompt to the whole reference."""
+def score_continuation(tokenizer: BaseTokenizer, tokens: Sequence[int], prompt_len: int, reference: Sequence[int],
+                       roles: bool = False) -> dict[str, np.ndarray]:
+    """{metric: (4,) similarities} of the part of `tokens` after the prompt to the whole reference (the
+    pitched roles together, as the metrics define them); with `roles`, also each role alone, drums
+    included, as "metric:role"."""
     from groove.metrics import METRICS, continuation_similarity
 
+    scored = [(metric, None) for metric in METRICS] + [(metric, role) for metric in METRICS for role in TRACKS
+                                                          if roles]
+    keys = [metric if role is None else f"{metric}:{role}" for metric, role in scored]
     music = tokenizer.decode(tokens)
     start = prompt_end_tick(tokenizer, tokens[:prompt_len], music.resolution)  # the continuation starts there
     if not any(n.time >= start for t in music.tracks for n in t.notes):
         logger.info("a continuation has no notes; its similarities are 0")
-        return {metric: np.zeros(4) for metric in METRICS}
+        return {key: np.zeros(4) for key in keys}
     piece = tokenizer.decode(reference)
-    return {metric: continuation_similarity(music, piece, metric, start=start) for metric in METRICS}
+    return {key: continuation_similarity(music, piece, metric, None if role is None else [role], start=start)
+            for key, (metric, role) in zip(keys, scored)}
 
 
 def prompt_end_tick(tokenizer: BaseTokenizer, prompt: Sequence[int], ticks_per_beat: int) -> int:

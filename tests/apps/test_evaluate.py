@@ -16,6 +16,8 @@ import torch
 from training.checkpoint import save_checkpoint
 from training.config import RunConfig
 from evaluation.groove import score_continuation
+from generation.pieces import next_bar_time
+from groove.metrics import continuation_similarity
 from evaluation.pe import monotonicity, translation_invariance
 from apps.evaluate import main
 from data import build_groove_corpus, build_midi_folder_corpus
@@ -195,6 +197,12 @@ def test_groove_continues_a_folder_of_real_band_midi(groove_corpus, tmp_path):
     assert pieces == {"song0.mid", "song1.mid"}
     text = (out / "groove_similarity.md").read_text()
     assert "no_drums.mid: no drums track" in text and "broken.mid" in text
+    roles = tmp_path / "roles"
+    assert main(["groove", "--checkpoint", str(run), "--out", str(roles), "--tokens", "400", "--real", str(band),
+                 "--no-progress", "--roles", "--max-pieces", "1"]) == 0
+    metrics = {r["metric"] for r in read_csv(roles / "groove.csv")}
+    assert metrics == {f"{m}{r}" for m in ("onset_duration", "time_pitch")
+                       for r in ("", ":bass", ":drums", ":accompaniment")}
 
 
 def test_full_length_continuations_never_end_early(groove_corpus, tmp_path):
@@ -225,6 +233,14 @@ def test_a_true_continuation_is_similar_to_its_piece(groove_corpus):
     assert set(scores) == {"onset_duration", "time_pitch"}
     assert all(s.shape == (4,) for s in scores.values())
     assert scores["onset_duration"].min() > 0.5 and scores["time_pitch"].min() > 0.5
+    by_role = score_continuation(tokenizer, ids, prompt_len, ids, roles=True)
+    assert set(by_role) == {"onset_duration", "time_pitch"} | {f"{m}:{r}" for m in ("onset_duration", "time_pitch")
+                                                                 for r in ("bass", "drums", "accompaniment")}
+    assert np.array_equal(by_role["time_pitch"], scores["time_pitch"])
+    music = tokenizer.decode(ids)
+    start = int(next_bar_time(tokenizer, ids[:prompt_len]) * music.resolution)
+    assert np.allclose(by_role["time_pitch:bass"], continuation_similarity(music, music, "time_pitch", ["bass"], start))
+    assert not np.allclose(by_role["time_pitch:bass"], by_role["time_pitch:accompaniment"])
 
 
 # ------------------------------------------------------------------------------------ pe
