@@ -1,10 +1,11 @@
-"""How long the sampler's songs run, and the end bias that gives them the length of real songs.
+"""How long the sampler's songs run, and the end schedule that gives them the length of real songs.
 
     python -m bench.lengths --checkpoint pop909_infill --corpus corpus/pop909 --ramp --write
 
 `bench.endings --fit` fits the end bias by the likelihood of real songs' end decisions; but the model
 expects an end less often in its own pieces than in real songs (`bench.endings --pieces`), so its
-unprompted songs still run long. This fits the bias on what the sampler writes instead:
+unprompted songs still run long. This fits the End token's bias, and a ramp per bar, on what the sampler
+writes instead:
 
 1. unprompted pieces are sampled as `generate.py` samples them (the song's opening, recall, the
    checkpoint's temperature and nucleus), `--pieces` per seed, with the End token forbidden, to --tokens;
@@ -12,11 +13,12 @@ unprompted songs still run long. This fits the bias on what the sampler writes i
    position where the grammar allows the end, the sampler's probability of End (recall mixed in, the
    bias added, temperature, nucleus: `generation.sampling.sampling_probabilities`) is computed for every
    end bias of a grid;
-3. under bias b, a piece ends after its token t with probability h_t(b) * prod_{s<t} (1 - h_s(b)), else it
-   runs to the token cap (the length `evaluate.py quality` counts then). Sampled with End forbidden, the
-   pieces follow the sampler's law given that no end came yet, so each bias's law of lengths is read off
-   the same pieces, with no sampling noise between biases (the teacher-forced pass draws its own
-   positional noise, as `bench.endings` does);
+3. under a schedule (bias b plus ramp r per bar line so far: b_t = b + r * bars_t), a piece ends after its
+   token t with probability h_t(b_t) * prod_{s<t} (1 - h_s(b_s)), else it runs to the token cap (the
+   length `evaluate.py quality` counts then). Sampled with End forbidden, the pieces follow the
+   sampler's law given that no end came yet, so each schedule's law of lengths is read off the same
+   pieces, with no sampling noise between schedules (the teacher-forced pass draws its own positional
+   noise, as `bench.endings` does);
 4. the fitted schedule is the grid's under whose law the --fit-split songs' lengths (bars, leading silent
    bars dropped) are likeliest: an end bias alone, or with --ramp a bias and a ramp (`generate.end_ramp`,
    log odds added per bar line so far, so that ends grow likelier as the song grows, as real songs' do).

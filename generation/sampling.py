@@ -116,7 +116,8 @@ class SamplingConfig:
                    temperature=defaults.temperature if temperature is None else temperature,
                    nucleus=defaults.nucleus if nucleus is None else nucleus,
                    constrained=constrained, hold_bars=(hold or None) if constrained else None,
-                   recall=RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag) if use_recall else None,
+                   recall=(RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag)
+                           if use_recall else None),
                    end_bias=defaults.end_bias, end_ramp=defaults.end_ramp)
 
 

@@ -88,7 +88,8 @@ def test_main_fits_and_writes_the_bias(chorale_midi, tmp_path):
     run = save_tiny(tmp_path / "tiny", tokenizer, max_len=1024)
     out = tmp_path / "out"
     assert lengths.main(["--checkpoint", str(run), "--corpus", str(corpus), "--tokens", "150", "--seeds", "1",
-                         "--pieces", "2", "--out", str(out), "--ramp", "--write", "--save", str(tmp_path / "h.npz")]) == 0
+                         "--pieces", "2", "--out", str(out), "--ramp", "--write",
+                         "--save", str(tmp_path / "h.npz")]) == 0
     text = (out / "lengths.md").read_text()
     generate = load_model(run).config.generate
     assert generate.end_bias in lengths.BIASES and generate.end_ramp in lengths.RAMPS
