@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 from apps.cli import (OneLineParser, checkpoint_argument, finite_float, recall_argument, run_app, seed_value,
                       set_threads, threads_argument)
+from data.corpus import extends
 from generation.request import GenerationRequest
 from generation.sampling import NUCLEUS_SCOPES
 from model import resolve_device
@@ -202,11 +203,6 @@ def load_models(args: argparse.Namespace, token_format: str | None = None,
     return list(zip(labels, models))
 
 
-def extends(tokens: Sequence[str], base: Sequence[str]) -> bool:
-    """Whether a vocabulary (`tokens`) gives every id of `base` the same token (it may add some at its end)."""
-    return list(tokens[:len(base)]) == list(base)
-
-
 def default_label(checkpoint_dir: Path) -> str:
     """The run directory's name (…/run/checkpoints/step_x -> run), else the checkpoint's own name."""
     run_dir = run_dir_of(checkpoint_dir)
@@ -215,7 +211,7 @@ def default_label(checkpoint_dir: Path) -> str:
 
 def open_corpus(args: argparse.Namespace, ckpt: Any) -> Any:
     """The token corpus of --corpus (default: the checkpoint's data.root), checked against the tokenizer."""
-    from data import load_corpus
+    from data import corpus_for
 
     root = Path(args.corpus or ckpt.config.data.root)
     if not root.exists():
@@ -223,11 +219,7 @@ def open_corpus(args: argparse.Namespace, ckpt: Any) -> Any:
         made_from = f" from data.source {data.source}" if data.source else ""
         raise ValueError(f"corpus not found: {root} (data.kind {data.kind}{made_from}: build it by training or "
                          f"as the model card says, or pass --corpus)")
-    corpus = load_corpus(root)
-    if not extends(ckpt.tokenizer.vocab.tokens, corpus.tokenizer.vocab.tokens):
-        raise ValueError(f"corpus {root} uses a {type(corpus.tokenizer).__name__} vocabulary that differs "
-                         f"from the checkpoint's {type(ckpt.tokenizer).__name__}")
-    return corpus
+    return corpus_for(root, ckpt.tokenizer)
 
 
 def held_out_pieces(args: argparse.Namespace, ckpt: Any, min_tokens: int = 0, corpus: Any = None

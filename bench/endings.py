@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from data import load_corpus
+from bench import checked_corpus
 from data.corpus import TokenCorpus
 from evaluation.form import teacher_forced_logits
 from generation.pieces import strip_eos
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     corpus = None
     for name in args.checkpoint:
         ckpt = load_model(name)
-        corpus = corpus or load_corpus(Path(args.corpus or ckpt.config.data.root))
+        corpus = corpus or checked_corpus(args.corpus, ckpt)
         tokenizer = ckpt.tokenizer
         end, bar = tokenizer.eos_id, tokenizer.vocab["Bar_None"]
         songs = ending_songs(corpus, args.split, end, args.songs)
@@ -198,7 +198,7 @@ def pieces_main(args: argparse.Namespace) -> int:
         if not files:
             raise SystemExit(f"--pieces {folder}: no MIDI files")
         groups[folder] = [strip_eos(tokenizer.encode(p), tokenizer.eos_id) for p in files]
-    corpus = load_corpus(Path(args.corpus or ckpt.config.data.root))
+    corpus = checked_corpus(args.corpus, ckpt)
     groups[f"{args.split} songs"] = [s[:-1] for s in ending_songs(corpus, args.split, tokenizer.eos_id, args.songs)]
     folders = " ".join(f"--pieces {folder}" for folder in args.pieces)
     lines = [f"`python -m bench.endings --checkpoint {args.checkpoint[0]} {folders} --split "
@@ -219,7 +219,7 @@ def fit_main(args: argparse.Namespace) -> int:
     if len(args.checkpoint) != 1:
         raise SystemExit("--fit takes one --checkpoint")
     ckpt = load_model(args.checkpoint[0])
-    corpus = load_corpus(Path(args.corpus or ckpt.config.data.root))
+    corpus = checked_corpus(args.corpus, ckpt)
     end = ckpt.tokenizer.eos_id
     ckpt.model.eval()
     probs = {split: [end_probability(ckpt.model, ids, end, args.seed)

@@ -40,8 +40,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bench import checked_corpus
 from bench.endings import publish
-from data import load_corpus
 from evaluation.form import teacher_forced_logits
 from evaluation.quality import drop_leading_silence
 from generation.recall import KeyTokens, Recall, mix_logits
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     ckpt = load_model(args.checkpoint)
     ckpt.model.eval()
-    corpus = load_corpus(Path(args.corpus or ckpt.config.data.root))
+    corpus = checked_corpus(args.corpus, ckpt)
     real = {split: song_bars(ckpt, corpus, split) for split in (args.fit_split, args.split)}
     if args.reuse:
         pieces = load_hazards(Path(args.reuse))

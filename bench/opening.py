@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from data import load_corpus  # noqa: E402
+from bench import checked_corpus  # noqa: E402
 from generation.request import GenerationRequest  # noqa: E402
 from tokenization import BaseTokenizer  # noqa: E402
 from training.checkpoint import load_model  # noqa: E402
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not tokenizer.opening():
         raise SystemExit(f"{type(tokenizer).__name__} fixes no opening: nothing to compare")
     real = Counts()
-    for ids in load_corpus(Path(args.corpus or ckpt.config.data.root)).pieces(args.split):
+    for ids in checked_corpus(args.corpus, ckpt).pieces(args.split):
         real.add(tokenizer, [int(i) for i in ids], args.bars)
     counts = {variant: Counts() for variant in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from data import load_corpus
+from bench import checked_corpus
 from evaluation.form import token_nll
 from generation.recall import MIN_LAG, ORDERS, KeyTokens, Trace, concat, fit_weights, mixture_nll, trace
 from generation.request import GenerationRequest
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(1)
         print(timing(ckpt, args.timing, args.rounds, args.seed), end="")
         return 0
-    corpus = load_corpus(args.corpus or ckpt.config.data.root)
+    corpus = checked_corpus(args.corpus, ckpt)
     keys = KeyTokens.of(ckpt.tokenizer)
     fit = traces(ckpt.model, corpus.pieces(args.fit_split)[:args.songs], orders, keys, args.min_lag, args.seed,
                  args.fit_split)

@@ -7,7 +7,8 @@ ds = CropDataset(corpus.pieces("train"), corpus.tokenizer, crop_len=256, transpo
 ```
 """
 
-from data.corpus import LONG_PIECE_TOKENS, SPLITS, PieceInfo, TokenCorpus, assign_splits, load_corpus
+from data.corpus import (LONG_PIECE_TOKENS, SPLITS, PieceInfo, TokenCorpus, assign_splits, corpus_for, extends,
+                         load_corpus)
 from data.crops import IGNORE_INDEX, CropDataset, ValidationSet, pad_crop
 from data.folders import build_groove_corpus, build_midi_folder_corpus
 from data.kinds import CORPUS_KINDS, FORMAT_OF_KIND, check_kind_format
@@ -37,6 +38,8 @@ __all__ = [
     "build_pop1k7_corpus",
     "build_pop909_corpus",
     "check_kind_format",
+    "corpus_for",
+    "extends",
     "load_corpus",
     "pad_crop",
 ]

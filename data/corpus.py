@@ -113,6 +113,21 @@ def load_corpus(root: str | Path) -> TokenCorpus:
     return TokenCorpus(root)
 
 
+def extends(tokens: Sequence[str], base: Sequence[str]) -> bool:
+    """Whether a vocabulary (`tokens`) gives every id of `base` the same token (it may add some at its end)."""
+    return list(tokens[:len(base)]) == list(base)
+
+
+def corpus_for(root: str | Path, tokenizer: BaseTokenizer) -> TokenCorpus:
+    """The corpus in `root`, checked to be written in `tokenizer`'s ids (a ValueError naming both when a
+    model would read it in another vocabulary)."""
+    corpus = load_corpus(root)
+    if not extends(tokenizer.vocab.tokens, corpus.tokenizer.vocab.tokens):
+        raise ValueError(f"corpus {root} uses a {type(corpus.tokenizer).__name__} vocabulary that differs "
+                         f"from the checkpoint's {type(tokenizer).__name__}")
+    return corpus
+
+
 # ---------------------------------------------------------------------------- splitting
 
 
