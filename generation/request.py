@@ -353,7 +353,8 @@ class Plan:
                 f"prompt (top_p={sampling.top_p:g}, nucleus over each {sampling.nucleus}, temperature="
                 f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
                 f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}"
-                f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}, seed {self.seed})")
+                f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}"
+                f"{''.join(f', {prefix} bias {bias:+g}' for prefix, bias in sampling.token_bias)}, seed {self.seed})")
 
     def run(self, model: Any, device: torch.device, progress: bool = False,
             generator: torch.Generator | None = None) -> list[GenerationResult]:

@@ -63,6 +63,21 @@ def without_end(eos: int, steer: Steer | None = None) -> Steer:
     return no_end
 
 
+def token_bias_vector(tokenizer: BaseTokenizer, pairs: Sequence[tuple[str, float]]) -> torch.Tensor | None:
+    """(V,) the bias of each token under (token-name prefix, bias) pairs (summed where prefixes overlap);
+    None without pairs; a ValueError for a prefix that names no token of the format."""
+    if not pairs:
+        return None
+    names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
+    bias = torch.zeros(len(names), dtype=torch.float64)
+    for prefix, value in pairs:
+        hit = torch.tensor([name.startswith(prefix) for name in names])
+        if not bool(hit.any()):
+            raise ValueError(f"token_bias: no token of the {type(tokenizer).__name__} format starts with {prefix!r}")
+        bias[hit] += float(value)
+    return bias
+
+
 class GrammarDeadEnd(RuntimeError):
     """The grammar allows no token at some point of a constrained decoding."""
 
@@ -82,6 +97,7 @@ class SamplingConfig:
     recall: RecallConfig | None = None  # copy cache mixed into the model's distribution (None: off)
     end_bias: float = 0.0  # added to the End token's logit (after recall, before temperature)
     end_ramp: float = 0.0  # added to it too, per bar line the piece holds so far (prompt included)
+    token_bias: tuple[tuple[str, float], ...] = ()  # (token-name prefix, bias): added to those tokens' logits
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
@@ -94,6 +110,9 @@ class SamplingConfig:
             raise ValueError(f"hold_bars must be >= 0 (0: no limit), got {self.hold_bars}")
         if not math.isfinite(self.end_bias) or not math.isfinite(self.end_ramp):
             raise ValueError(f"end_bias and end_ramp must be finite, got {self.end_bias}, {self.end_ramp}")
+        self.token_bias = tuple((str(prefix), float(bias)) for prefix, bias in self.token_bias)
+        if not all(prefix and math.isfinite(bias) for prefix, bias in self.token_bias):
+            raise ValueError(f"token_bias needs (token-name prefix, finite bias) pairs, got {self.token_bias}")
         if self.hold_bars and not self.constrained:
             raise ValueError("a hold limit needs grammar-constrained sampling (constrained=True)")
 
@@ -118,7 +137,7 @@ class SamplingConfig:
                    constrained=constrained, hold_bars=(hold or None) if constrained else None,
                    recall=(RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag)
                            if use_recall else None),
-                   end_bias=defaults.end_bias, end_ramp=defaults.end_ramp)
+                   end_bias=defaults.end_bias, end_ramp=defaults.end_ramp, token_bias=tuple(defaults.token_bias))
 
 
 @dataclass
@@ -263,6 +282,7 @@ class Decoder:
                 raise ValueError(f"an end ramp counts bar lines, which the {type(tokenizer).__name__} format "
                                  f"has none of (set generate.end_ramp to 0)")
             self.bars = [prompt.count(tokenizer.bar_id)] * num_samples
+        self.token_bias = token_bias_vector(tokenizer, self.sampling.token_bias)  # (V,) or None
         self.finished = [False] * num_samples  # ended at EOS or by a stop condition
         self.at_eos = [False] * num_samples
         self.complete: list[int | None] = [None] * num_samples  # longest EOS-allowed length (constrained)
@@ -310,6 +330,8 @@ class Decoder:
             if self.sampling.end_bias or self.bars is not None:
                 logits = logits.clone()  # (B, V)
                 logits[:, eos] += self.end_logit_bias().to(logits)
+            if self.token_bias is not None:
+                logits = logits + self.token_bias.to(logits)  # (B, V)
             drawn = sample_next(logits, self.sampling.top_p, self.sampling.temperature, allowed,
                                 self.generator, self.types).tolist()  # (B,)
             for i, token in enumerate(drawn):

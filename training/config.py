@@ -184,6 +184,8 @@ class GenerateConfig:
     # fitted on held-out songs by likelihood: `python -m bench.endings --fit --write`
     end_ramp: float = 0.0  # added to the End token's logit per bar line so far (formats with bar lines);
     # with end_bias, fitted to held-out songs' lengths: `python -m bench.lengths --ramp --write`
+    token_bias: tuple[tuple[str, float], ...] = ()  # (token-name prefix, bias) pairs: every token whose name
+    # starts with the prefix gets the bias added to its logit while sampling (`python -m bench.density`)
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)
@@ -199,6 +201,10 @@ class GenerateConfig:
         if not math.isfinite(self.end_bias) or not math.isfinite(self.end_ramp):
             raise ValueError(f"generate.end_bias and generate.end_ramp must be finite, got {self.end_bias}, "
                              f"{self.end_ramp}")
+        for prefix, bias in self.token_bias:
+            if not prefix or not math.isfinite(bias):
+                raise ValueError(f"generate.token_bias needs (token-name prefix, finite bias) pairs, got "
+                                 f"({prefix!r}, {bias})")
         if self.recall_weights is not None:
             RecallConfig(self.recall_weights, self.recall_orders, self.recall_min_lag)  # a ValueError if wrong
 

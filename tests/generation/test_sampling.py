@@ -396,3 +396,37 @@ def test_a_hold_limit_closes_the_notes_a_groove_sample_holds():
     assert longest(1) <= TICKS_PER_BAR and longest(2) <= 2 * TICKS_PER_BAR
     assert TICKS_PER_BAR == 4 * TICKS_PER_BEAT  # bars of 4/4
     assert groove.constraint_state().hold_limit is None  # the shared tokenizer is left as it was
+
+
+def test_the_token_bias_shifts_the_named_tokens(tokenizer):
+    from generation.sampling import token_bias_vector
+
+    vector = token_bias_vector(tokenizer, (("Note_Pitch", -0.5), ("Note_Pitch_6", 0.25)))
+    names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
+    for name, value in zip(names, vector.tolist()):
+        expected = (-0.5 if name.startswith("Note_Pitch") else 0.0) + (0.25 if name.startswith("Note_Pitch_6") else 0.0)
+        assert value == expected
+    assert token_bias_vector(tokenizer, ()) is None
+    with pytest.raises(ValueError, match="no token of the REMITokenizer format starts with 'Nope'"):
+        token_bias_vector(tokenizer, (("Nope", 1.0),))
+    with pytest.raises(ValueError, match="token_bias needs"):
+        SamplingConfig(token_bias=(("Note_Pitch", float("nan")),))
+    model = tiny_model(tokenizer.vocab_size)
+    with torch.no_grad():  # a model that writes bar lines mostly, unless they are biased away
+        model.ln_f.weight.zero_()
+        model.ln_f.bias.fill_(1.0)
+        model.head.weight.zero_()
+        model.head.weight[tokenizer.bar_id] = 0.5  # logit +8
+    for bias, many in ((0.0, True), (-30.0, False)):
+        sampling = SamplingConfig(constrained=False, token_bias=(("Bar", bias),))
+        result = generate(model, tokenizer, [tokenizer.bar_id], 30, sampling, torch.Generator().manual_seed(0))
+        assert (result.tokens[1:].count(tokenizer.bar_id) > 15) == many
+
+
+def test_the_token_bias_comes_from_the_models_defaults():
+    from training.config import GenerateConfig
+
+    pairs = (("Note_Pitch", -0.15),)
+    assert SamplingConfig.from_defaults(GenerateConfig(token_bias=pairs)).token_bias == pairs
+    with pytest.raises(ValueError, match="generate.token_bias needs"):
+        GenerateConfig(token_bias=(("", 1.0),)).validate()
