@@ -75,8 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pairs = others + (((args.prefix, bias),) if bias else ())
                 ckpt.config = replace(plain, generate=replace(plain.generate, token_bias=pairs))
                 request = GenerationRequest(tokens=args.tokens, seed=seed, end=False, num_samples=args.pieces)
-                for result in request.run(ckpt):
-                    counts[bias].add(tokenizer, written(tokenizer, result.tokens, Path(tmp)), args.bars)
+                means = [counts[bias].add(tokenizer, written(tokenizer, r.tokens, Path(tmp)), args.bars)
+                         for r in request.run(ckpt)]
+                whole = [m for m in means if not np.isnan(m)]  # pieces with at least one whole bar
+                if whole:
+                    counts[bias].seed_means.append(float(np.mean(whole)))
     ckpt.config = plain
     target = notes_per_onset(real[args.fit_split])
     fitted = min(args.biases, key=lambda b: abs(notes_per_onset(counts[b]) - target))
