@@ -10,9 +10,10 @@ def checked_corpus(corpus: str | None, ckpt: Any) -> Any:
     """The token corpus `corpus` (None: the checkpoint's data.root) in the checkpoint's vocabulary; a
     one-line SystemExit when it is missing or written in another vocabulary."""
     from data import corpus_for
+    from data.build import corpus_built
 
     root = Path(corpus or ckpt.config.data.root)
-    if not (root / "summary.json").is_file():
+    if not corpus_built(root):
         raise SystemExit(f"no token corpus in {root}: build it by training or as the model card says, or "
                          f"pass --corpus")
     try:

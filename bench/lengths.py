@@ -44,9 +44,10 @@ from bench import checked_corpus
 from bench.endings import publish
 from evaluation.form import teacher_forced_logits
 from evaluation.quality import drop_leading_silence
-from generation.recall import KeyTokens, Recall, mix_logits
+from generation.recall import KeyTokens, Recall
 from generation.request import GenerationRequest
-from generation.sampling import SamplingConfig, sampling_probabilities, token_types
+from generation.sampling import (SamplingConfig, sampling_probabilities, shaped_logits, token_bias_vector,
+                                 token_types)
 from training.checkpoint import load_model, set_generate_defaults
 
 BIASES = np.round(np.arange(-4.0, 6.0001, 0.05), 2)  # end biases of the grid (log odds, before temperature)
@@ -75,6 +76,7 @@ def sampler_hazard(ckpt, sampling: SamplingConfig, steer, ids: Sequence[int], pr
     if sampling.recall is not None:
         recall = Recall(sampling.recall.orders, KeyTokens.of(tokenizer), sampling.recall.min_lag)
     types = token_types(tokenizer) if sampling.nucleus == "type" else None
+    token_bias = token_bias_vector(tokenizer, sampling.token_bias)  # (V,) or None
     bias = torch.as_tensor(BIASES, dtype=torch.float64)  # (K,)
     starts = np.asarray(tokenizer.bar_starts(ids))
     bars, hazard = [], []
@@ -90,9 +92,8 @@ def sampler_hazard(ckpt, sampling: SamplingConfig, steer, ids: Sequence[int], pr
             allowed = steer(ids[:i + 1], allowed)
         if not allowed[eos]:
             continue
-        row = logits[i][None]  # (1, V)
-        if recall is not None:
-            row = mix_logits(row, [recall], sampling.recall.weights).double()  # (1, V) log-probs
+        row = shaped_logits(logits[i][None], sampling, eos, None if recall is None else [recall],
+                            token_bias=token_bias).double()  # (1, V): the grid's biases replace the End's
         rows = row.repeat(len(BIASES), 1)  # (K, V)
         rows[:, eos] += bias
         mask = torch.from_numpy(allowed)[None].expand_as(rows)  # (K, V)

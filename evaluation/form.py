@@ -31,7 +31,7 @@ import torch
 from evaluation.along import bar_contents
 from evaluation.quality_metrics import NotePiece
 from generation.recall import KeyTokens, RecallConfig, recall_nll
-from model import MusicPerformer
+from model import MusicPerformer, token_loss
 from tokenization.form import Phrase, first_occurrences
 
 
@@ -154,11 +154,9 @@ def teacher_forced_logits(model: MusicPerformer, ids: Sequence[int], seed: int) 
 @torch.no_grad()
 def token_nll(model: MusicPerformer, ids: Sequence[int], seed: int) -> np.ndarray:
     """(len(ids) - 1,) teacher-forced NLL of ids[1:], one positional noise drawn from `seed`."""
-    device = model.head.weight.device
-    tokens = torch.as_tensor(list(ids), dtype=torch.long, device=device)[None]  # (1, L)
-    noise = model.draw_positional_noise(tokens.shape[1], generator=torch.Generator().manual_seed(seed))
-    _, nll = model(tokens[:, :-1], tokens[:, 1:], positional_noise=noise, reduction="none")  # (1, L - 1)
-    return nll[0].double().cpu().numpy()
+    logits = teacher_forced_logits(model, ids, seed)  # (L - 1, V)
+    targets = torch.as_tensor(list(ids)[1:], dtype=torch.long, device=logits.device)  # (L - 1,)
+    return token_loss(logits[None], targets[None], "none")[0].double().cpu().numpy()
 
 
 @torch.no_grad()

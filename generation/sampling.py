@@ -78,6 +78,21 @@ def token_bias_vector(tokenizer: BaseTokenizer, pairs: Sequence[tuple[str, float
     return bias
 
 
+def shaped_logits(logits: torch.Tensor, sampling: SamplingConfig, eos: int, recalls: Sequence[Recall] | None = None,
+                  end_bias: torch.Tensor | None = None, token_bias: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, V) the logits sampling draws from, before temperature and the nucleus: the model's (B, V)
+    with each row's copy cache mixed in (`recalls`, one per row, with `sampling.recall`'s weights),
+    `end_bias` (B,) added to the End token's and `token_bias` (V,) to every token's."""
+    if recalls is not None:
+        logits = mix_logits(logits, recalls, sampling.recall.weights)  # (B, V) log-probs
+    if end_bias is not None:
+        logits = logits.clone()  # (B, V)
+        logits[:, eos] += end_bias.to(logits)
+    if token_bias is not None:
+        logits = logits + token_bias.to(logits)  # (B, V)
+    return logits
+
+
 class GrammarDeadEnd(RuntimeError):
     """The grammar allows no token at some point of a constrained decoding."""
 
@@ -324,14 +339,8 @@ class Decoder:
             allowed = None
             if self.grammars is not None:
                 allowed = torch.from_numpy(self._masks(eos)).to(self.device)  # (B, V)
-            logits = self.logits  # (B, V)
-            if self.recalls is not None:
-                logits = mix_logits(logits, self.recalls, self.sampling.recall.weights)  # (B, V) log-probs
-            if self.sampling.end_bias or self.bars is not None:
-                logits = logits.clone()  # (B, V)
-                logits[:, eos] += self.end_logit_bias().to(logits)
-            if self.token_bias is not None:
-                logits = logits + self.token_bias.to(logits)  # (B, V)
+            end_bias = self.end_logit_bias() if self.sampling.end_bias or self.bars is not None else None
+            logits = shaped_logits(self.logits, self.sampling, eos, self.recalls, end_bias, self.token_bias)
             drawn = sample_next(logits, self.sampling.top_p, self.sampling.temperature, allowed,
                                 self.generator, self.types).tolist()  # (B,)
             for i, token in enumerate(drawn):
