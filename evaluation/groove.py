@@ -53,9 +53,20 @@ class Continued:
     ended: bool  # it ended (End token) before the length asked
     notes: int  # notes that start after the prompt
     long_notes: int  # of them, those held longer than LONG_BARS bars (drones)
+    # per pitched role: onsets of the new notes (on a beat, on an off-beat eighth, elsewhere)
+    onsets: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 LONG_BARS = 2  # a note held longer than this many 4/4 bars counts as a drone
+PITCHED = tuple(role for role in TRACKS if role != "drums")  # the roles the style profiles read
+
+
+def onset_places(starts: Sequence[float]) -> tuple[int, int, int]:
+    """How many onsets (in beats) fall on a beat, on the off-beat eighth, and elsewhere."""
+    frac = np.mod(np.asarray(starts, dtype=np.float64), 1.0)  # (N,) place inside the beat
+    on_beat = int(np.sum(np.isclose(frac, 0.0, atol=1e-6) | np.isclose(frac, 1.0, atol=1e-6)))
+    off_eighth = int(np.sum(np.isclose(frac, 0.5, atol=1e-6)))
+    return on_beat, off_eighth, len(frac) - on_beat - off_eighth
 
 
 @dataclass
@@ -189,7 +200,9 @@ def continuation_of(label: str, name: str, tokenizer: BaseTokenizer, tokens: lis
     notes = new_notes(tokenizer.notes(tokens[:prompt_len]), tokenizer.notes(tokens))
     long_notes = sum(n.end - n.start > 4 * LONG_BARS + 1e-6 for n in notes)  # beats of 4/4 bars (a held note closed at the bound is not one)
     ended = bool(tokens) and tokens[-1] == tokenizer.eos_id and len(tokens) < total
-    return Continued(label, name, len(tokens) - prompt_len, total - prompt_len, ended, len(notes), long_notes)
+    onsets = {role: onset_places([n.start for n in notes if n.track == role]) for role in PITCHED}
+    return Continued(label, name, len(tokens) - prompt_len, total - prompt_len, ended, len(notes), long_notes,
+                     onsets)
 
 
 def continued_markdown(continued: Sequence[Continued]) -> str:
@@ -204,6 +217,19 @@ def continued_markdown(continued: Sequence[Continued]) -> str:
         notes, long_notes = sum(c.notes for c in mine), sum(c.long_notes for c in mine)
         lines.append(f"| {model} | {len(mine)} | {ran} ({ran / len(mine):.0%}) | {share:.0%} "
                      f"| {long_notes} of {notes} ({long_notes / max(1, notes):.1%}) |")
+    return "\n".join(lines) + "\n\n" + rhythm_markdown(continued)
+
+
+def rhythm_markdown(continued: Sequence[Continued]) -> str:
+    """Per model and pitched role: the share of the new notes' onsets on a beat and on the off-beat eighth
+    (how syncopated the continuations are, against the songs' own)."""
+    lines = ["| model | " + " | ".join(f"{role}: on a beat | {role}: off-beat eighth" for role in PITCHED) + " |",
+             "|---|" + "---:|---:|" * len(PITCHED)]
+    for model in dict.fromkeys(c.model for c in continued):
+        counts = {role: np.sum([c.onsets.get(role, (0, 0, 0)) for c in continued if c.model == model], axis=0)
+                  for role in PITCHED}
+        cells = [f"{n / max(1, total.sum()):.0%}" for total in counts.values() for n in total[:2]]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import miditoolkit
 
 from cli_helpers import band_midi
-from evaluation.groove import Continued, continuation_of, continued_markdown
+from evaluation.groove import Continued, continuation_of, continued_markdown, onset_places
 from generation.pieces import first_bars
 from groove import GrooveTokenizer
 
@@ -23,6 +23,13 @@ def test_a_drone_and_an_early_end_are_counted(tmp_path):
     assert not whole.ended and whole.new_tokens == whole.asked and whole.long_notes == 1
     assert whole.notes == 3 * 4 * 6 + 1  # 6 bars of 3 tracks, a note per beat, and the drone
     ended = continuation_of("m", "band", tokenizer, prompt + [tokenizer.eos_id], len(prompt), len(prompt) + 40)
-    assert ended == Continued("m", "band", 1, 40, True, 0, 0)
+    assert ended == Continued("m", "band", 1, 40, True, 0, 0, {"bass": (0, 0, 0), "accompaniment": (0, 0, 0)})
+    assert whole.onsets == {"bass": (24, 0, 0), "accompaniment": (25, 0, 0)}  # a note per beat, and the drone
     table = continued_markdown([whole, ended])
     assert "| real | 1 | 1 (100%) | 100% | 1 of 73 (1.4%) |" in table and "| m | 1 | 0 (0%) | 2% | 0 of 0 (0.0%) |" in table
+    assert "| real | 100% | 0% | 100% | 0% |" in table and "| m | 0% | 0% | 0% | 0% |" in table
+
+
+def test_onset_places_count_beats_off_beat_eighths_and_the_rest():
+    assert onset_places([0.0, 1.0, 2.5, 3.5, 3.25, 7.999999999, 0.3333]) == (3, 2, 2)
+    assert onset_places([]) == (0, 0, 0)
