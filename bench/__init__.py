@@ -20,3 +20,13 @@ def checked_corpus(corpus: str | None, ckpt: Any) -> Any:
         return corpus_for(root, ckpt.tokenizer)
     except ValueError as error:
         raise SystemExit(str(error)) from None
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> None:
+    """Lay out a matplotlib figure, write it to `path` (its folder created) and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bench import checked_corpus
+from bench import checked_corpus, save_figure
 from bench.endings import publish
 from bench.opening import Counts, written
 from evaluation.quality import drop_leading_silence
@@ -118,10 +118,7 @@ def plot(counts: dict[float, Counts], real: dict[str, Counts], path: Path) -> No
         ax.set_xlabel("bias")
         ax.set_title(name, fontsize=10)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

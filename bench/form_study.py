@@ -47,6 +47,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench import save_figure  # noqa: E402
 from bench.extrapolation import REPO, Run, slug, spread_table  # noqa: E402
 
 logger = logging.getLogger("form_study")
@@ -126,9 +127,7 @@ def plot_curves(runs: list[Run], path: Path) -> None:
     ax.set_xlabel("step (2 x 2,048 tokens)")
     ax.set_ylabel("validation loss (crops, nats per token)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

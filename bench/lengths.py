@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bench import checked_corpus
+from bench import checked_corpus, save_figure
 from bench.endings import publish
 from evaluation.form import teacher_forced_logits
 from evaluation.quality import drop_leading_silence
@@ -282,10 +282,7 @@ def plot(pieces: Sequence[PieceHazard], real: dict[str, np.ndarray], rows: dict[
     ax.set_ylabel("share of songs this long or shorter")
     ax.set_title(f"{len(pieces)} unprompted pieces: their lengths under the end schedule", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from bench import checked_corpus  # noqa: E402
+from bench import checked_corpus, save_figure  # noqa: E402
 from generation.request import GenerationRequest  # noqa: E402
 from tokenization import BaseTokenizer  # noqa: E402
 from training.checkpoint import load_model  # noqa: E402
@@ -141,9 +141,7 @@ def plot(counts: dict[str, Counts], real: Counts, bars: int, path: Path) -> None
         ax.plot(x, counts[variant].per_bar(bars), style, marker="o", markersize=3, label=variant)
     ax.set(xlabel="bar", ylabel="tokens per bar", title="First bars of unprompted pieces")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from bench import save_figure
 from data.pop909 import merge_tracks, pop909_files
 from remi import REMITokenizer
 from remi.vocab import meter_length
@@ -93,9 +94,7 @@ def plot(rows: dict[str, dict], path: Path) -> None:
     ax.set(xlabel="reference: length in beats / beats per bar (x: POP909 annotated downbeats)",
            ylabel="bars written by REMI", title=f"POP909, {len(rows)} songs: bars per song")
     ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bench import checked_corpus
+from bench import checked_corpus, save_figure
 from evaluation.form import token_nll
 from generation.recall import MIN_LAG, ORDERS, KeyTokens, Trace, concat, fit_weights, mixture_nll, trace
 from generation.request import GenerationRequest
@@ -102,10 +102,7 @@ def plot(measured: list[Trace], weights: Sequence[float], path: Path) -> None:
     ax.set_ylabel(f"NLL (nats/token, mean of {SMOOTH})")
     ax.set_title(f"held-out songs ({len(measured)}): what recall saves along the song", fontsize=10)
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 LOCKSTEP = 32  # tokens each decoder writes in turn when timed in lockstep

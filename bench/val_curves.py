@@ -21,6 +21,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
+from bench import save_figure  # noqa: E402
+
 TABLE_EVERY = 500  # steps between the rows of the markdown table (and each run's last validation)
 
 
@@ -53,9 +55,7 @@ def write_results(curves: dict[str, dict[int, float]], out: Path) -> None:
     ax.set_ylabel("validation loss (nats per token)")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
-    plt.close(fig)
+    save_figure(fig, out.with_suffix(".png"), dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

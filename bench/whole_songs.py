@@ -45,6 +45,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench import save_figure  # noqa: E402
 from bench.extrapolation import REPO, Run, evaluate, pop909_data, slug, spread_table, train_all  # noqa: E402
 
 logger = logging.getLogger("whole_songs")
@@ -178,9 +179,7 @@ def plot_windows(rows: list[dict[str, str]], labels: list[str], path: Path) -> N
         ax.set_title(key.replace("_", " "))
         ax.set_xlabel("bar (window centre)")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -198,7 +198,8 @@ def continuation_of(label: str, name: str, tokenizer: BaseTokenizer, tokens: lis
                     total: int) -> Continued:
     """The length and held notes of one continuation (`tokens`: the prompt's, then the new ones)."""
     notes = new_notes(tokenizer.notes(tokens[:prompt_len]), tokenizer.notes(tokens))
-    long_notes = sum(n.end - n.start > 4 * LONG_BARS + 1e-6 for n in notes)  # beats of 4/4 bars (a held note closed at the bound is not one)
+    # in beats of 4/4 bars; a note closed exactly at the bound is not one
+    long_notes = sum(n.end - n.start > 4 * LONG_BARS + 1e-6 for n in notes)
     ended = bool(tokens) and tokens[-1] == tokenizer.eos_id and len(tokens) < total
     onsets = {role: onset_places([n.start for n in notes if n.track == role]) for role in PITCHED}
     return Continued(label, name, len(tokens) - prompt_len, total - prompt_len, ended, len(notes), long_notes,
@@ -208,8 +209,8 @@ def continuation_of(label: str, name: str, tokenizer: BaseTokenizer, tokens: lis
 def continued_markdown(continued: Sequence[Continued]) -> str:
     """Per model: the continuations that ran to the length asked (none ended early; the decoder drops
     the tokens of an event left unfinished at the budget), their length, and the share of drones."""
-    lines = [f"| model | pieces | ran to the length asked | new tokens (mean of asked) | notes held over {LONG_BARS} bars |",
-             "|---|---:|---:|---:|---:|"]
+    lines = ["| model | pieces | ran to the length asked | new tokens (mean of asked) "
+             f"| notes held over {LONG_BARS} bars |", "|---|---:|---:|---:|---:|"]
     for model in dict.fromkeys(c.model for c in continued):
         mine = [c for c in continued if c.model == model]
         ran = sum(not c.ended for c in mine)
