@@ -46,8 +46,8 @@ from evaluation.form import teacher_forced_logits
 from evaluation.quality import drop_leading_silence
 from generation.recall import KeyTokens, Recall
 from generation.request import GenerationRequest
-from generation.sampling import (SamplingConfig, sampling_probabilities, shaped_logits, token_bias_vector,
-                                 token_types)
+from generation.sampling import (SamplingConfig, nucleus_top_p, sampling_probabilities, shaped_logits,
+                                 token_bias_vector, token_types)
 from training.checkpoint import load_model, set_generate_defaults
 
 BIASES = np.round(np.arange(-4.0, 6.0001, 0.05), 2)  # end biases of the grid (log odds, before temperature)
@@ -77,6 +77,7 @@ def sampler_hazard(ckpt, sampling: SamplingConfig, steer, ids: Sequence[int], pr
         recall = Recall(sampling.recall.orders, KeyTokens.of(tokenizer), sampling.recall.min_lag)
     types = token_types(tokenizer) if sampling.nucleus == "type" else None
     token_bias = token_bias_vector(tokenizer, sampling.token_bias)  # (V,) or None
+    top_p = nucleus_top_p(tokenizer, sampling)  # float, or (V,) with exempt tokens
     bias = torch.as_tensor(BIASES, dtype=torch.float64)  # (K,)
     starts = np.asarray(tokenizer.bar_starts(ids))
     bars, hazard = [], []
@@ -97,7 +98,7 @@ def sampler_hazard(ckpt, sampling: SamplingConfig, steer, ids: Sequence[int], pr
         rows = row.repeat(len(BIASES), 1)  # (K, V)
         rows[:, eos] += bias
         mask = torch.from_numpy(allowed)[None].expand_as(rows)  # (K, V)
-        p = sampling_probabilities(rows, sampling.top_p, sampling.temperature, mask, types)[:, eos]  # (K,)
+        p = sampling_probabilities(rows, top_p, sampling.temperature, mask, types)[:, eos]  # (K,)
         bars.append(int(np.searchsorted(starts, i, side="right")))
         hazard.append(p.numpy())
     return PieceHazard(np.asarray(bars, dtype=int), np.asarray(hazard).reshape(-1, len(BIASES)), len(starts))

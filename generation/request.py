@@ -354,7 +354,8 @@ class Plan:
                 f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
                 f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}"
                 f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}"
-                f"{''.join(f', {prefix} bias {bias:+g}' for prefix, bias in sampling.token_bias)}, seed {self.seed})")
+                f"{''.join(f', {prefix} bias {bias:+g}' for prefix, bias in sampling.token_bias)}"
+                f"{''.join(f', {prefix} never cut' for prefix in sampling.nucleus_exempt)}, seed {self.seed})")
 
     def run(self, model: Any, device: torch.device, progress: bool = False,
             generator: torch.Generator | None = None) -> list[GenerationResult]:

@@ -63,19 +63,35 @@ def without_end(eos: int, steer: Steer | None = None) -> Steer:
     return no_end
 
 
+def tokens_named(tokenizer: BaseTokenizer, prefix: str, setting: str) -> torch.Tensor:
+    """(V,) bool: the tokens whose names start with `prefix`; a ValueError naming `setting` when none does."""
+    names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
+    hit = torch.tensor([name.startswith(prefix) for name in names])
+    if not bool(hit.any()):
+        raise ValueError(f"{setting}: no token of the {type(tokenizer).__name__} format starts with {prefix!r}")
+    return hit
+
+
 def token_bias_vector(tokenizer: BaseTokenizer, pairs: Sequence[tuple[str, float]]) -> torch.Tensor | None:
     """(V,) the bias of each token under (token-name prefix, bias) pairs (summed where prefixes overlap);
     None without pairs; a ValueError for a prefix that names no token of the format."""
     if not pairs:
         return None
-    names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
-    bias = torch.zeros(len(names), dtype=torch.float64)
+    bias = torch.zeros(tokenizer.vocab_size, dtype=torch.float64)
     for prefix, value in pairs:
-        hit = torch.tensor([name.startswith(prefix) for name in names])
-        if not bool(hit.any()):
-            raise ValueError(f"token_bias: no token of the {type(tokenizer).__name__} format starts with {prefix!r}")
-        bias[hit] += float(value)
+        bias[tokens_named(tokenizer, prefix, "token_bias")] += float(value)
     return bias
+
+
+def nucleus_top_p(tokenizer: BaseTokenizer, sampling: SamplingConfig) -> float | torch.Tensor:
+    """The nucleus mass per token: `sampling.top_p`, or a (V,) tensor where the tokens of
+    `sampling.nucleus_exempt` are never cut (a mass above 1, which no cumulative sum reaches)."""
+    if not sampling.nucleus_exempt:
+        return sampling.top_p
+    top_p = torch.full((tokenizer.vocab_size,), sampling.top_p, dtype=torch.float64)
+    for prefix in sampling.nucleus_exempt:
+        top_p[tokens_named(tokenizer, prefix, "nucleus_exempt")] = NEVER_CUT
+    return top_p
 
 
 def shaped_logits(logits: torch.Tensor, sampling: SamplingConfig, eos: int, recalls: Sequence[Recall] | None = None,
@@ -100,6 +116,7 @@ class GrammarDeadEnd(RuntimeError):
 NUCLEUS_SCOPES = ("token", "type")  # where the top_p cut applies: the whole vocabulary, or each token type
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes seeds 0 .. 2**64 - 1
 PROMPT_CHUNK = 1024  # prompt tokens read into the recurrent state in one pass (memory: one chunk's)
+NEVER_CUT = 2.0  # the nucleus mass of a token exempt from the cut: above any cumulative probability
 
 
 @dataclass
@@ -113,6 +130,7 @@ class SamplingConfig:
     end_bias: float = 0.0  # added to the End token's logit (after recall, before temperature)
     end_ramp: float = 0.0  # added to it too, per bar line the piece holds so far (prompt included)
     token_bias: tuple[tuple[str, float], ...] = ()  # (token-name prefix, bias): added to those tokens' logits
+    nucleus_exempt: tuple[str, ...] = ()  # token-name prefixes the nucleus never cuts (their whole tail kept)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
@@ -128,6 +146,9 @@ class SamplingConfig:
         self.token_bias = tuple((str(prefix), float(bias)) for prefix, bias in self.token_bias)
         if not all(prefix and math.isfinite(bias) for prefix, bias in self.token_bias):
             raise ValueError(f"token_bias needs (token-name prefix, finite bias) pairs, got {self.token_bias}")
+        self.nucleus_exempt = tuple(str(prefix) for prefix in self.nucleus_exempt)
+        if not all(self.nucleus_exempt):
+            raise ValueError(f"nucleus_exempt needs non-empty token-name prefixes, got {self.nucleus_exempt}")
         if self.hold_bars and not self.constrained:
             raise ValueError("a hold limit needs grammar-constrained sampling (constrained=True)")
 
@@ -152,7 +173,8 @@ class SamplingConfig:
                    constrained=constrained, hold_bars=(hold or None) if constrained else None,
                    recall=(RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag)
                            if use_recall else None),
-                   end_bias=defaults.end_bias, end_ramp=defaults.end_ramp, token_bias=tuple(defaults.token_bias))
+                   end_bias=defaults.end_bias, end_ramp=defaults.end_ramp, token_bias=tuple(defaults.token_bias),
+                   nucleus_exempt=tuple(defaults.nucleus_exempt))
 
 
 @dataclass
@@ -169,13 +191,14 @@ class GenerationResult:
         return self.tokens[self.prompt_len:]
 
 
-def sampling_probabilities(logits: torch.Tensor, top_p: float, temperature: float,
+def sampling_probabilities(logits: torch.Tensor, top_p: float | torch.Tensor, temperature: float,
                            allowed: torch.Tensor | None = None, types: torch.Tensor | None = None
                            ) -> torch.Tensor:
     """(B, V) logits -> (B, V) probabilities after masking, temperature and the nucleus cut.
 
-    types: None (one cut over the vocabulary) or (V,) long, each token's type index (one cut per type,
-    each type keeping its probability; see `token_types`)."""
+    top_p: the nucleus mass, or (V,) one per token (`nucleus_top_p`: a token's own limit on the mass of
+    the better tokens before it). types: None (one cut over the vocabulary) or (V,) long, each token's
+    type index (one cut per type, each type keeping its probability; see `token_types`)."""
     logits = logits.double() / temperature  # (B, V)
     if allowed is not None:
         if not bool(allowed.any(dim=-1).all()):
@@ -194,13 +217,16 @@ def sampling_probabilities(logits: torch.Tensor, top_p: float, temperature: floa
     return torch.where(kept_mass > 0, kept / kept_mass.clamp_min(1e-300), 0.0) * type_mass
 
 
-def nucleus_keep(probs: torch.Tensor, top_p: float, groups: torch.Tensor) -> torch.Tensor:
+def nucleus_keep(probs: torch.Tensor, top_p: float | torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     """(B, V) bool: per row and group (groups: (B, V) long), the smallest set of most probable tokens
-    whose probability (out of a group mass of 1) reaches top_p; the most probable one is always kept."""
+    whose probability (out of a group mass of 1) reaches top_p; the most probable one is always kept.
+    With a (V,) top_p, each token is kept while the mass before it is under its own value."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)  # (B, V) each
     sorted_groups = groups.gather(-1, order)  # (B, V)
     per_group = torch.nn.functional.one_hot(sorted_groups).to(probs.dtype) * sorted_probs[..., None]  # (B, V, T)
     before = (per_group.cumsum(dim=1) - per_group).gather(-1, sorted_groups[..., None])[..., 0]  # (B, V)
+    if isinstance(top_p, torch.Tensor):
+        top_p = top_p.to(probs.device)[order]  # (B, V) each sorted token's own limit
     keep_sorted = before < top_p  # mass of strictly better tokens of the same group
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # (B, V) in vocabulary order
 
@@ -214,7 +240,7 @@ def token_types(tokenizer: BaseTokenizer) -> torch.Tensor:
     return torch.tensor([index[name] for name in names], dtype=torch.long)
 
 
-def sample_next(logits: torch.Tensor, top_p: float = 0.9, temperature: float = 1.2,
+def sample_next(logits: torch.Tensor, top_p: float | torch.Tensor = 0.9, temperature: float = 1.2,
                 allowed: torch.Tensor | None = None, generator: torch.Generator | None = None,
                 types: torch.Tensor | None = None) -> torch.Tensor:
     """Draw one id per row of (B, V) logits (allowed: (B, V) bool mask or None; types: see
@@ -298,6 +324,7 @@ class Decoder:
                                  f"has none of (set generate.end_ramp to 0)")
             self.bars = [prompt.count(tokenizer.bar_id)] * num_samples
         self.token_bias = token_bias_vector(tokenizer, self.sampling.token_bias)  # (V,) or None
+        self.top_p = nucleus_top_p(tokenizer, self.sampling)  # float, or (V,) with exempt tokens
         self.finished = [False] * num_samples  # ended at EOS or by a stop condition
         self.at_eos = [False] * num_samples
         self.complete: list[int | None] = [None] * num_samples  # longest EOS-allowed length (constrained)
@@ -341,7 +368,7 @@ class Decoder:
                 allowed = torch.from_numpy(self._masks(eos)).to(self.device)  # (B, V)
             end_bias = self.end_logit_bias() if self.sampling.end_bias or self.bars is not None else None
             logits = shaped_logits(self.logits, self.sampling, eos, self.recalls, end_bias, self.token_bias)
-            drawn = sample_next(logits, self.sampling.top_p, self.sampling.temperature, allowed,
+            drawn = sample_next(logits, self.top_p, self.sampling.temperature, allowed,
                                 self.generator, self.types).tolist()  # (B,)
             for i, token in enumerate(drawn):
                 if self.finished[i]:

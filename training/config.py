@@ -186,6 +186,8 @@ class GenerateConfig:
     # with end_bias, fitted to held-out songs' lengths: `python -m bench.lengths --ramp --write`
     token_bias: tuple[tuple[str, float], ...] = ()  # (token-name prefix, bias) pairs: every token whose name
     # starts with the prefix gets the bias added to its logit while sampling (`python -m bench.density`)
+    nucleus_exempt: tuple[str, ...] = ()  # token-name prefixes the nucleus never cuts: those tokens are drawn
+    # from their whole tempered distribution (a rare long note is not cut from the tail)
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)
@@ -205,6 +207,8 @@ class GenerateConfig:
             if not prefix or not math.isfinite(bias):
                 raise ValueError(f"generate.token_bias needs (token-name prefix, finite bias) pairs, got "
                                  f"({prefix!r}, {bias})")
+        if not all(self.nucleus_exempt):
+            raise ValueError(f"generate.nucleus_exempt needs non-empty token-name prefixes, got {self.nucleus_exempt}")
         if self.recall_weights is not None:
             RecallConfig(self.recall_weights, self.recall_orders, self.recall_min_lag)  # a ValueError if wrong
 

@@ -430,3 +430,53 @@ def test_the_token_bias_comes_from_the_models_defaults():
     assert SamplingConfig.from_defaults(GenerateConfig(token_bias=pairs)).token_bias == pairs
     with pytest.raises(ValueError, match="generate.token_bias needs"):
         GenerateConfig(token_bias=(("", 1.0),)).validate()
+
+
+def test_exempt_tokens_keep_their_whole_tail_under_the_nucleus():
+    # type 1 (durations, say): its tail tokens 3 and 4 fall outside a 0.5 cut unless exempt
+    probs = torch.tensor([[0.4, 0.2, 0.15, 0.15, 0.1, 0.0]], dtype=torch.float64)
+    types = torch.tensor([0, 1, 1, 1, 1, 2])
+    logits = probs.clamp_min(1e-30).log()
+    top_p = torch.tensor([0.5, 2.0, 2.0, 2.0, 2.0, 0.5], dtype=torch.float64)  # type 1 exempt
+    kept = sampling_probabilities(logits, top_p=top_p, temperature=1.0, types=types)
+    assert torch.allclose(kept, probs)  # every token of the exempt type keeps its probability
+    cut = sampling_probabilities(logits, top_p=0.5, temperature=1.0, types=types)
+    assert cut[0, 3] == 0.0 and cut[0, 4] == 0.0
+    # over the whole vocabulary: the exempt tokens stay, the others are cut as before
+    top_p = torch.tensor([0.3, 0.3, 0.3, 2.0, 0.3, 0.3], dtype=torch.float64)
+    kept = sampling_probabilities(logits, top_p=top_p, temperature=1.0)
+    assert torch.allclose(kept, torch.tensor([[0.4, 0.0, 0.0, 0.15, 0.0, 0.0]], dtype=torch.float64) / 0.55)
+
+
+def test_nucleus_exempt_names_tokens_and_comes_from_the_models_defaults(tokenizer):
+    from generation.sampling import NEVER_CUT, nucleus_top_p
+    from training.config import GenerateConfig
+
+    assert nucleus_top_p(tokenizer, SamplingConfig(top_p=0.8)) == 0.8
+    top_p = nucleus_top_p(tokenizer, SamplingConfig(top_p=0.8, nucleus_exempt=("Note_Duration",)))
+    names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
+    assert top_p.tolist() == [NEVER_CUT if n.startswith("Note_Duration") else 0.8 for n in names]
+    with pytest.raises(ValueError, match="nucleus_exempt: no token of the REMITokenizer format starts with 'Dur'"):
+        nucleus_top_p(tokenizer, SamplingConfig(nucleus_exempt=("Dur",)))
+    with pytest.raises(ValueError, match="nucleus_exempt needs"):
+        SamplingConfig(nucleus_exempt=("",))
+    with pytest.raises(ValueError, match="generate.nucleus_exempt needs"):
+        GenerateConfig(nucleus_exempt=("",)).validate()
+    defaults = GenerateConfig(nucleus_exempt=("Note_Duration",))
+    assert SamplingConfig.from_defaults(defaults).nucleus_exempt == ("Note_Duration",)
+
+
+def test_an_exempt_type_is_sampled_from_its_whole_distribution(tokenizer):
+    model = tiny_model(tokenizer.vocab_size)
+    with torch.no_grad():  # bar lines far likelier than the rest (logit +8): a 0.5 nucleus keeps them alone
+        model.ln_f.weight.zero_()
+        model.ln_f.bias.fill_(1.0)
+        model.head.weight.zero_()
+        model.head.weight[tokenizer.bar_id] = 0.5
+    drawn = {}
+    for exempt in ((), ("Note_Pitch",)):
+        sampling = SamplingConfig(constrained=False, top_p=0.5, temperature=1.0, nucleus_exempt=exempt)
+        result = generate(model, tokenizer, [tokenizer.bar_id], 200, sampling, torch.Generator().manual_seed(0))
+        drawn[exempt] = {tokenizer.vocab.token(i) for i in result.tokens[1:]} - {"Bar_None"}
+    assert drawn[()] == set()
+    assert drawn[("Note_Pitch",)] and all(name.startswith("Note_Pitch") for name in drawn[("Note_Pitch",)])
