@@ -196,11 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         save_hazards(pieces, Path(args.save))
     top = max(max(p.full_bars for p in pieces), int(max(r.max() for r in real.values()))) + 1
     shipped = Schedule(ckpt.config.generate.end_bias, ckpt.config.generate.end_ramp)
-    rows = {"no bias": Schedule(0.0), "the checkpoint's": shipped,
-            "fitted, a bias alone": fit_schedule(pieces, real[args.fit_split], top, ramp=False)}
+    fitted = fit_schedule(pieces, real[args.fit_split], top, ramp=False)
+    rows = {"no bias": Schedule(0.0), "the checkpoint's": shipped, "fitted, a bias alone": fitted}
     if args.ramp:
-        rows["fitted, bias and ramp"] = fit_schedule(pieces, real[args.fit_split], top, ramp=True)
-    fitted = rows[list(rows)[-1]]
+        fitted = rows["fitted, bias and ramp"] = fit_schedule(pieces, real[args.fit_split], top, ramp=True)
     publish(args.out, "lengths.md", table(args, pieces, real, rows, top))
     plot(pieces, real, rows, top, Path(args.out) / "lengths.png")
     if args.write:

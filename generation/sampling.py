@@ -65,8 +65,7 @@ def without_end(eos: int, steer: Steer | None = None) -> Steer:
 
 def tokens_named(tokenizer: BaseTokenizer, prefix: str, setting: str) -> torch.Tensor:
     """(V,) bool: the tokens whose names start with `prefix`; a ValueError naming `setting` when none does."""
-    names = [tokenizer.vocab.token(i) for i in range(tokenizer.vocab_size)]
-    hit = torch.tensor([name.startswith(prefix) for name in names])
+    hit = torch.tensor([name.startswith(prefix) for name in tokenizer.vocab.tokens])  # (V,)
     if not bool(hit.any()):
         raise ValueError(f"{setting}: no token of the {type(tokenizer).__name__} format starts with {prefix!r}")
     return hit
