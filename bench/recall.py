@@ -12,9 +12,10 @@ traced along each song. Per recall order, the weight that minimises the fit spli
 * the NLL of all tokens, and along the song (tokens 0-1k, 1-2k, 2-4k, 4k-), without and with recall;
 * recall_along.png: both NLLs along the song, averaged over the songs that reach each position.
 
-`--timing N` only times sampling instead: N new tokens from nothing with the checkpoint's recall and
-without, the two decoders writing 32 tokens in turn (lockstep), for --rounds rounds on one thread
-(same seed, so both draw the same noise), and prints the time per token of each and their ratio.
+`--timing N` only times sampling instead: N new tokens from nothing with the checkpoint's sampling
+defaults, without its recall, and plain (no recall, no end schedule, no token bias or nucleus exemption:
+the model's bare step), the three decoders writing 32 tokens in turn (lockstep), for --rounds rounds on
+one thread (same seed, so all draw the same noise); prints the time per token of each and the ratios.
 
 `--write` stores the weights, orders and lag in the checkpoint's sampling defaults (meta.json:
 generate.recall_weights, recall_orders, recall_min_lag), so that every front door samples with them.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -109,24 +111,29 @@ LOCKSTEP = 32  # tokens each decoder writes in turn when timed in lockstep
 
 
 def timing(ckpt, tokens: int, rounds: int, seed: int) -> str:
-    """Seconds per generated token with the checkpoint's recall and without: in each round, the two
-    decoders of one request (same seed) write LOCKSTEP tokens in turn, so the machine's drift falls
-    on both alike; the median of the rounds' ratios."""
+    """Seconds per generated token plain, without recall and with the checkpoint's defaults: in each
+    round, the three decoders of one request (same seed) write LOCKSTEP tokens in turn, so the machine's
+    drift falls on all alike; medians of the rounds' times and ratios."""
+    labels = ("plain (no recall, end schedule or token bias)", "defaults without recall", "defaults")
     rows = []
     for _ in tqdm(range(rounds), desc="timing", unit="round"):
         decoders = []
-        for recall in (False, True):
+        for recall in (False, False, True):
             request = GenerationRequest(tokens=tokens, seed=seed, end=False, recall=recall)
-            decoders.append(request.plan(ckpt, request.check()).decoder(ckpt.model, ckpt.model.head.weight.device))
+            plan = request.plan(ckpt, request.check())
+            if not decoders:
+                plan = replace(plan, sampling=replace(plan.sampling, end_bias=0.0, end_ramp=0.0, token_bias=(),
+                                                      nucleus_exempt=()))
+            decoders.append(plan.decoder(ckpt.model, ckpt.model.head.weight.device))
         for _ in range(tokens // LOCKSTEP):
             for decoder in decoders:
                 decoder.run(LOCKSTEP)
         rows.append([d.seconds / (len(d.tokens[0]) - d.prompt_len) for d in decoders])
-    plain, mixed = (float(np.median([r[i] for r in rows])) for i in (0, 1))
-    ratio = float(np.median([r[1] / r[0] for r in rows]))
+    times = np.median(np.array(rows), axis=0)  # (3,)
+    ratios = np.median(np.array(rows) / np.array(rows)[:, :1], axis=0)  # (3,) against plain
+    lines = "".join(f"| {label} | {1e3 * t:.2f} | {r:.3f} |\n" for label, t, r in zip(labels, times, ratios))
     return (f"| sampling {tokens} tokens in lockstep ({LOCKSTEP} at a time), {rounds} rounds, 1 thread | "
-            f"ms per token, median |\n|---|---:|\n| without recall | {1e3 * plain:.2f} |\n"
-            f"| with recall | {1e3 * mixed:.2f} |\n| ratio (median of the rounds') | {ratio:.3f} |\n")
+            f"ms per token, median | against plain (median of the rounds') |\n|---|---:|---:|\n{lines}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

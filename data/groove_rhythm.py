@@ -2,7 +2,8 @@
 
 Each piece of the train and val splits gets, for its bass and for its accompaniment independently and with
 probability ``prob``, one rhythm variation drawn for the whole piece (a push of some beats ahead by an
-eighth, or pumped eighths); the drums are kept. The test split is copied unchanged, so that a model trained
+eighth, pumped eighths or sixteenths, or, for the bass, passing notes into the next note); the drums are
+kept. The test split is copied unchanged, so that a model trained
 on the varied corpus is selected on the same MMA pieces as one trained on the source. The draws depend
 only on (seed, file name). ``out/variations.json`` lists each piece's variations.
 
@@ -38,7 +39,7 @@ def vary_piece(tokenizer: GrooveTokenizer, path: Path, rng: np.random.Generator,
     drawn = {}
     for role in (BASS, ACCOMPANIMENT):
         if tracks[role] and rng.random() < prob:
-            variation = draw_variation(rng)
+            variation = draw_variation(rng, approach=role == BASS)
             tracks[role] = vary(tracks[role], variation)
             drawn[TRACKS[role]] = {**asdict(variation), "beats": list(variation.beats)}  # as JSON keeps it
     tokenizer.write_midi(tokenizer.strings_to_ids(tracks_to_tokens(tracks)), out)

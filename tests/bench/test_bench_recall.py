@@ -40,7 +40,10 @@ def test_fit_measure_and_write(chorale_midi, tmp_path, capsys):
     assert load_checkpoint(run).config.generate.recall_min_lag == 16
     capsys.readouterr()
     assert recall.main(["--checkpoint", str(run), "--timing", "64", "--rounds", "1"]) == 0
-    assert "| ratio (median of the rounds') |" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "| plain (no recall, end schedule or token bias) |" in table
+    assert "| 1.000 |" in table.split("| plain")[1].split("\n")[0]  # plain against itself
+    assert "| defaults |" in table
 
 
 def test_infill_nlls_under_recall(chorale_midi, tmp_path):
