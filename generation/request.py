@@ -355,6 +355,7 @@ class Plan:
                 f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}"
                 f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}"
                 f"{''.join(f', {prefix} bias {bias:+g}' for prefix, bias in sampling.token_bias)}"
+                f"{' (before recall)' if sampling.token_bias and sampling.bias_before_recall else ''}"
                 f"{''.join(f', {prefix} never cut' for prefix in sampling.nucleus_exempt)}, seed {self.seed})")
 
     def run(self, model: Any, device: torch.device, progress: bool = False,

@@ -97,7 +97,10 @@ def shaped_logits(logits: torch.Tensor, sampling: SamplingConfig, eos: int, reca
                   end_bias: torch.Tensor | None = None, token_bias: torch.Tensor | None = None) -> torch.Tensor:
     """(B, V) the logits sampling draws from, before temperature and the nucleus: the model's (B, V)
     with each row's copy cache mixed in (`recalls`, one per row, with `sampling.recall`'s weights),
-    `end_bias` (B,) added to the End token's and `token_bias` (V,) to every token's."""
+    `end_bias` (B,) added to the End token's and `token_bias` (V,) to every token's (to the model's own
+    logits before the mixture with `sampling.bias_before_recall`, so that a copy keeps its tokens)."""
+    if token_bias is not None and sampling.bias_before_recall:
+        logits, token_bias = logits + token_bias.to(logits), None  # (B, V)
     if recalls is not None:
         logits = mix_logits(logits, recalls, sampling.recall.weights)  # (B, V) log-probs
     if end_bias is not None:
@@ -130,6 +133,7 @@ class SamplingConfig:
     end_ramp: float = 0.0  # added to it too, per bar line the piece holds so far (prompt included)
     token_bias: tuple[tuple[str, float], ...] = ()  # (token-name prefix, bias): added to those tokens' logits
     nucleus_exempt: tuple[str, ...] = ()  # token-name prefixes the nucleus never cuts (their whole tail kept)
+    bias_before_recall: bool = False  # token_bias shifts the model's logits before recall's copies are mixed in
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
@@ -173,7 +177,7 @@ class SamplingConfig:
                    recall=(RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag)
                            if use_recall else None),
                    end_bias=defaults.end_bias, end_ramp=defaults.end_ramp, token_bias=tuple(defaults.token_bias),
-                   nucleus_exempt=tuple(defaults.nucleus_exempt))
+                   nucleus_exempt=tuple(defaults.nucleus_exempt), bias_before_recall=defaults.bias_before_recall)
 
 
 @dataclass

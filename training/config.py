@@ -188,6 +188,8 @@ class GenerateConfig:
     # starts with the prefix gets the bias added to its logit while sampling (`python -m bench.density`)
     nucleus_exempt: tuple[str, ...] = ()  # token-name prefixes the nucleus never cuts: those tokens are drawn
     # from their whole tempered distribution (a rare long note is not cut from the tail)
+    bias_before_recall: bool = False  # token_bias is added to the model's logits before recall mixes its
+    # copies in (a copied token keeps its odds), instead of to the mixture
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)

@@ -99,6 +99,23 @@ def test_the_mixture_moves_weight_onto_the_copy():
     assert torch.allclose(mix_logits(logits, [fresh, fresh], weights=[0.6]), logits)  # no match: unchanged
 
 
+def test_a_bias_before_recall_leaves_the_copy_its_odds():
+    from generation.sampling import shaped_logits
+
+    recall = Recall((1,), no_skip(4))
+    recall.extend([1, 2, 1])  # after 1 came 2: the copy puts its weight on 2
+    logits = torch.zeros(1, 4)  # uniform model
+    bias = torch.tensor([0.0, 0.0, -50.0, 0.0])  # token 2 biased away
+    config = RecallConfig((0.6,), orders=(1,), min_lag=1)
+    after = SamplingConfig(recall=config)
+    before = SamplingConfig(recall=config, bias_before_recall=True)
+    p_after = torch.softmax(shaped_logits(logits, after, 3, [recall], token_bias=bias), dim=-1)[0]
+    p_before = torch.softmax(shaped_logits(logits, before, 3, [recall], token_bias=bias), dim=-1)[0]
+    assert p_after[2] < 1e-15  # biased in the mixture: the copy is cut as well
+    assert torch.isclose(p_before[2], torch.tensor(0.6, dtype=p_before.dtype))  # only the model's share moved
+    assert SamplingConfig.from_defaults(GenerateConfig(bias_before_recall=True)).bias_before_recall
+
+
 def test_a_copy_leaves_the_end_to_the_model():
     keys = KeyTokens(np.zeros(4, dtype=bool), np.zeros(4, dtype=bool), end=3)
     recall = Recall((1,), keys)
