@@ -61,16 +61,22 @@ class RhythmVariation:
             raise ValueError(f"offset must be -2, -1, 1 or 2 semitones, got {self.offset}")
 
 
-def draw_variation(rng: np.random.Generator, approach: bool = False) -> RhythmVariation:
-    """One variation, its kind drawn uniformly among push, pump and (with ``approach``, for a bass) approach;
-    a pump on the sixteenth grid with odds 1/4 (it fills whole gaps with strokes), an approach with 1/2."""
-    kinds = KINDS if approach else KINDS[:2]
-    kind = kinds[int(rng.integers(len(kinds)))]
-    step = SIXTEENTH if rng.random() < (0.25 if kind == "pump" else 0.5) else EIGHTH
-    if kind == "pump":
-        return RhythmVariation("pump", stroke=int(rng.integers(step // 2, step + 1)), step=step)
-    if kind == "approach":
-        return RhythmVariation("approach", step=step, offset=int(rng.choice((-2, -1, 1, 2))))
+def draw_variation(rng: np.random.Generator, walk: bool = False, approach: bool = False,
+                   pump_prob: float = 0.35) -> RhythmVariation:
+    """A drawn variation. Plain: a pump on eighths with probability ``pump_prob``, else a push of a
+    non-empty random set of beats. With ``walk``: the kind drawn uniformly among push, pump and (with
+    ``approach``, for a bass) approach; a pump on the sixteenth grid with odds 1/4 (it fills whole gaps
+    with strokes), an approach on it with odds 1/2."""
+    if walk:
+        kinds = KINDS if approach else KINDS[:2]
+        kind = kinds[int(rng.integers(len(kinds)))]
+        step = SIXTEENTH if rng.random() < (0.25 if kind == "pump" else 0.5) else EIGHTH
+        if kind == "pump":
+            return RhythmVariation("pump", stroke=int(rng.integers(step // 2, step + 1)), step=step)
+        if kind == "approach":
+            return RhythmVariation("approach", step=step, offset=int(rng.choice((-2, -1, 1, 2))))
+    elif rng.random() < pump_prob:
+        return RhythmVariation("pump", stroke=int(rng.integers(3, EIGHTH + 1)))
     beats = np.flatnonzero(rng.random(TICKS_PER_BAR // TICKS_PER_BEAT) < 0.5)
     if beats.size == 0:
         beats = np.array([2])  # the most common anticipation in pop: the bar's third beat

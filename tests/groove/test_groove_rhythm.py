@@ -72,13 +72,21 @@ def test_approach_walks_from_a_chord_lowest_note_and_from_above():
     assert out == [(0, 21, 48), (0, 21, 52), (21, 24, 52), (24, 48, 50), (24, 48, 53)]
 
 
-def test_draws_cover_the_kinds_and_are_valid():
+def test_plain_draws_push_and_pump_eighths():
     rng = np.random.default_rng(0)
     drawn = [draw_variation(rng) for _ in range(200)]
     assert {v.kind for v in drawn} == {"push", "pump"}
     assert all(v.beats for v in drawn if v.kind == "push")
+    assert {v.step for v in drawn} == {EIGHTH} and all(3 <= v.stroke <= EIGHTH for v in drawn)
+    assert 0.2 < np.mean([v.kind == "pump" for v in drawn]) < 0.5
+
+
+def test_walk_draws_cover_the_kinds_and_are_valid():
+    rng = np.random.default_rng(0)
+    drawn = [draw_variation(rng, walk=True) for _ in range(200)]
+    assert {v.kind for v in drawn} == {"push", "pump"}
     assert {v.step for v in drawn if v.kind == "pump"} == {EIGHTH, SIXTEENTH}
     assert all(1 <= v.stroke <= v.step for v in drawn)
-    bass = [draw_variation(rng, approach=True) for _ in range(300)]
+    bass = [draw_variation(rng, walk=True, approach=True) for _ in range(300)]
     assert 0.2 < np.mean([v.kind == "approach" for v in bass]) < 0.45
     assert {v.offset for v in bass if v.kind == "approach"} == {-2, -1, 1, 2}
