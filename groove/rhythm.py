@@ -51,8 +51,9 @@ class RhythmVariation:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown rhythm variation {self.kind!r} (known: {', '.join(KINDS)})")
-        if self.kind == "push" and (not self.beats or not set(self.beats) <= set(range(TICKS_PER_BAR // TICKS_PER_BEAT))):
-            raise ValueError(f"a push needs beats among 0..{TICKS_PER_BAR // TICKS_PER_BEAT - 1}, got {self.beats}")
+        beats_per_bar = TICKS_PER_BAR // TICKS_PER_BEAT
+        if self.kind == "push" and (not self.beats or not set(self.beats) <= set(range(beats_per_bar))):
+            raise ValueError(f"a push needs beats among 0..{beats_per_bar - 1}, got {self.beats}")
         if self.step not in STEPS:
             raise ValueError(f"step must be one of {STEPS} ticks, got {self.step}")
         if self.kind == "pump" and not 1 <= self.stroke <= self.step:
