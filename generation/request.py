@@ -354,7 +354,7 @@ class Plan:
                 f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
                 f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}"
                 f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}"
-                f"{''.join(f', {prefix} bias {bias:+g}' for prefix, bias in sampling.token_bias)}"
+                f"{''.join(f', {prefixes} bias {bias:+g}' for prefixes, bias in grouped_biases(sampling.token_bias))}"
                 f"{' (before recall)' if sampling.token_bias and sampling.bias_before_recall else ''}"
                 f"{''.join(f', {prefix} never cut' for prefix in sampling.nucleus_exempt)}, seed {self.seed})")
 
@@ -375,6 +375,14 @@ class Plan:
         if self.bars is not None:
             return keep_bars(self.tokenizer, result, self.bars_from, self.bars)
         return result
+
+
+def grouped_biases(pairs: tuple[tuple[str, float], ...]) -> list[tuple[str, float]]:
+    """Token biases for one line: the prefixes that share a bias joined ("A, B bias +0.4"), in order."""
+    groups: dict[float, list[str]] = {}
+    for prefix, bias in pairs:
+        groups.setdefault(bias, []).append(prefix)
+    return [(", ".join(prefixes), bias) for bias, prefixes in groups.items()]
 
 
 def check_bars(bars: int, limits: Limits, what: str) -> None:

@@ -432,6 +432,14 @@ def test_the_token_bias_comes_from_the_models_defaults():
         GenerateConfig(token_bias=(("", 1.0),)).validate()
 
 
+def test_token_biases_sharing_a_value_are_described_together():
+    from generation.request import grouped_biases
+
+    pairs = (("Note_Duration_1080", 0.4), ("Note_Pitch", -0.15), ("Note_Duration_1200", 0.4))
+    assert grouped_biases(pairs) == [("Note_Duration_1080, Note_Duration_1200", 0.4), ("Note_Pitch", -0.15)]
+    assert grouped_biases(()) == []
+
+
 def test_exempt_tokens_keep_their_whole_tail_under_the_nucleus():
     # type 1 (durations, say): its tail tokens 3 and 4 fall outside a 0.5 cut unless exempt
     probs = torch.tensor([[0.4, 0.2, 0.15, 0.15, 0.1, 0.0]], dtype=torch.float64)
