@@ -354,7 +354,7 @@ class Plan:
                 f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
                 f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}"
                 f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}"
-                f"{''.join(f', {prefixes} bias {bias:+g}' for prefixes, bias in grouped_biases(sampling.token_bias))}"
+                f"{''.join(f', {names} bias {bias:+g}' for names, bias in grouped_biases(sampling.token_bias))}"
                 f"{' (before recall)' if sampling.token_bias and sampling.bias_before_recall else ''}"
                 f"{''.join(f', {prefix} never cut' for prefix in sampling.nucleus_exempt)}, seed {self.seed})")
 
