@@ -13,8 +13,12 @@ keeps it whatever its prompt plays. With ``lead_prob`` p > 0, a rendition's acco
 probability p, the song's own lead melody (POP909's ``MELODY`` track, cut to the chart by
 ``data.pop909_charts.chart_melody``, transposed with the chords, on a GM lead program drawn from
 ``LEAD_PROGRAMS``) instead of MMA's chords: real bands' busiest pitched track is often a lead line, which
-MMA does not write (a chart whose melody has under a note a bar keeps MMA's chords). The draws depend only
-on (seed, song, chart) and MMA's randomness is seeded (``RndSeed``).
+MMA does not write (a chart whose melody has under a note a bar keeps MMA's chords). With ``piano_prob`` q > 0,
+a rendition without a lead takes, with probability q, the song's own piano accompaniment (POP909's ``PIANO``
+track, cut and transposed the same way, notes below ``PIANO_LOW`` left to the bass, on a program drawn from
+``PIANO_PROGRAMS``): a human part, its voicings and rhythm its own, that a continuation can only keep by
+reading the prompt. The draws depend only on (seed, song, chart), the piano's on a stream of their own so
+that the other draws stay as without it, and MMA's randomness is seeded (``RndSeed``).
 
 **Tracks.** MMA names its MIDI tracks by type (``Drum``, ``Bass``, ``Walk``, ``Chord-Piano``, ``Arpeggio``,
 ``Plectrum``, ``Scale``, ``Solo``, ``Melody``, ``Aria``...). Drum tracks (channel 10) are merged into
@@ -66,7 +70,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from data.pop909_charts import (BEATS_PER_BAR, CHART_BARS, TEMPO_RANGE, BeatNote, Chart, Chord, Skipped, chart_melody,
-                                chart_song, load_song)
+                                PIANO_TRACK, chart_song, load_song)
 from groove.dataset import SPLITS
 from groove.roles import piece_from_midi
 
@@ -77,6 +81,8 @@ DEFAULT_MELODIES = DEFAULT_ANNOTATIONS.parent / "pop909"  # POP909's MIDI files,
 LEAD_PROGRAMS = (0, 11, 16, 24, 26, 29, 40, 56, 65, 66, 71, 73, 80, 81)  # GM programs a lead is drawn from:
 # piano, vibraphone, organ, nylon and jazz guitar, overdriven guitar, violin, trumpet, alto and tenor sax,
 # clarinet, flute, square and saw leads
+PIANO_PROGRAMS = (0, 1, 2, 4, 5, 6, 16, 17, 24, 25, 26, 27)  # pianos, electric pianos, clavinet, organs, guitars
+PIANO_LOW = 48  # the piano part's notes below C3 (its left hand's bass) are left out: the bass role plays there
 DEFAULT_STYLES = (
     "50sRock", "60sRock", "SoftRock", "FolkRock", "BasicRock", "8Beat", "PopBallad", "RockBallad", "Ballad",
     "BVFunk", "DSoul", "BossaNova", "Samba", "Salsa", "Rhumba", "ChaCha", "Mambo", "Merengue", "Tango",
@@ -112,6 +118,7 @@ class MmaPiece:
     transposition: int  # semitones added to the chart's chords
     articulation: int | None  # MMA's Articulate for every track, % of each note's nominal length (None: the groove's)
     lead: int | None  # GM program of the song's melody played as the accompaniment (None: MMA's chords)
+    piano: int | None  # GM program of the song's piano part played as the accompaniment (None: not it)
     tempo: int  # qpm
     bars: int  # length in 4/4 bars
     first_bar: int  # where the chart starts in the song (annotated bars)
@@ -193,7 +200,7 @@ def _merged(insts: list[miditoolkit.Instrument], end: int) -> list[miditoolkit.N
 
 @dataclass(frozen=True)
 class Lead:
-    """A melody that replaces MMA's accompaniment in a rendition."""
+    """A part of the song (its melody or its piano part) that replaces MMA's accompaniment in a rendition."""
 
     program: int  # GM program (0-based)
     notes: tuple[BeatNote, ...]  # (start, end) in beats from the chart's start, MIDI pitch (transposed)
@@ -256,6 +263,7 @@ class Rendition:
     seed: int  # MMA's RndSeed
     articulation: int | None  # AllTracks Articulate percentage (None: the groove's own)
     lead: Lead | None  # the song's melody as the accompaniment (None: MMA's)
+    piano: Lead | None  # the song's piano part as the accompaniment (None: MMA's or the lead)
     path: Path  # where the band file goes
     mma: str  # the mma program
 
@@ -265,7 +273,7 @@ def _render(task: Rendition) -> str | None:
     chart = task.chart
     try:
         text = mma_song(chart, task.style, task.shift, task.seed, task.articulation)
-        band_midi(run_mma(text, task.mma), len(chart.halves), task.lead).dump(str(task.path))
+        band_midi(run_mma(text, task.mma), len(chart.halves), task.lead or task.piano).dump(str(task.path))
     except (Skipped, subprocess.TimeoutExpired) as err:
         logger.warning("skipped %s: %s", task.path.name, err)
         return f"rendition: {getattr(err, 'reason', 'mma timed out')}"
@@ -274,11 +282,13 @@ def _render(task: Rendition) -> str | None:
 
 def _draw_renditions(chart: Chart, styles: Sequence[str], styles_per_chart: int, transpositions: tuple[int, int],
                      seed: int, articulation: tuple[int, int] | None, lead_prob: float,
-                     melody: tuple[BeatNote, ...], folder: Path, mma: str) -> list[Rendition]:
+                     melody: tuple[BeatNote, ...], folder: Path, mma: str, piano_prob: float = 0.0,
+                     piano: tuple[BeatNote, ...] = ()) -> list[Rendition]:
     """The renditions of one chart; every draw depends only on (seed, song, chart). Articulation and lead are
-    drawn from a second stream, so that styles, shifts and MMA seeds do not depend on them."""
+    drawn from a second stream and the piano part from a third, so that the earlier draws do not depend on them."""
     rng = np.random.default_rng([seed, int(chart.song), chart.index])
     extra = np.random.default_rng([seed, int(chart.song), chart.index, 1])
+    third = np.random.default_rng([seed, int(chart.song), chart.index, 2])
     chosen = rng.choice(len(styles), size=min(styles_per_chart, len(styles)), replace=False)
     out = []
     for style in (styles[int(i)] for i in chosen):
@@ -290,8 +300,13 @@ def _draw_renditions(chart: Chart, styles: Sequence[str], styles_per_chart: int,
             program = LEAD_PROGRAMS[int(extra.integers(len(LEAD_PROGRAMS)))]
             if len(melody) >= len(chart.halves):  # at least a note a bar on average, else MMA's chords
                 lead = Lead(program, tuple((a, b, min(127, max(0, p + shift))) for a, b, p in melody))
+        keys = None
+        if piano_prob > 0 and third.random() < piano_prob:
+            program = PIANO_PROGRAMS[int(third.integers(len(PIANO_PROGRAMS)))]
+            if lead is None and len(piano) >= len(chart.halves):  # as for a lead: a note a bar at least
+                keys = Lead(program, tuple((a, b, min(127, max(0, p + shift))) for a, b, p in piano))
         path = folder / f"{chart.song}_{chart.index}.{style}.mid"
-        out.append(Rendition(chart, style, shift, mma_seed, drawn, lead, path, mma))
+        out.append(Rendition(chart, style, shift, mma_seed, drawn, lead, keys, path, mma))
     return out
 
 
@@ -300,14 +315,16 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
                      bars: int = CHART_BARS, transpositions: tuple[int, int] = TRANSPOSITIONS, seed: int = 0,
                      jobs: int = 1, charts_per_song: int = 1, styles_per_chart: int = 2,
                      articulation: tuple[int, int] | None = None, lead_prob: float = 0.0,
-                     melodies: str | Path = DEFAULT_MELODIES, progress: bool = True) -> MmaCorpus:
+                     melodies: str | Path = DEFAULT_MELODIES, progress: bool = True,
+                     piano_prob: float = 0.0) -> MmaCorpus:
     """Render POP909's chord charts with MMA into a Groove2Groove-layout corpus (module docstring).
 
     ``pieces``: the songs used, a number (the first N song folders) or song names; None: all of them.
     ``articulation``: (low, high) percentages; each rendition draws one and plays every track's notes at that
     fraction of their nominal length (MMA's ``AllTracks Articulate``); None keeps each groove's own.
     ``lead_prob``: the probability that a rendition's accompaniment is the song's own melody (from
-    ``melodies/NNN.mid``, POP909's MIDI files) rather than MMA's chords (module docstring).
+    ``melodies/NNN.mid``, POP909's MIDI files) rather than MMA's chords; ``piano_prob``: that a rendition without
+    a lead takes the song's own piano part (module docstring).
     ``jobs``: renditions run at once. Files an earlier build listed in ``out_dir/corpus.json`` are removed.
     """
     mma = require_mma()  # user errors first, before any work
@@ -319,10 +336,10 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
     if articulation is not None and not 1 <= articulation[0] <= articulation[1] <= ARTICULATION_MAX:
         raise ValueError(f"articulation must be (low, high) with 1 <= low <= high <= {ARTICULATION_MAX}, "
                          f"got {tuple(articulation)}")
-    if not 0.0 <= lead_prob <= 1.0:
-        raise ValueError(f"lead_prob must be in [0, 1], got {lead_prob}")
+    if not (0.0 <= lead_prob <= 1.0 and 0.0 <= piano_prob <= 1.0):
+        raise ValueError(f"lead_prob and piano_prob must be in [0, 1], got {lead_prob} and {piano_prob}")
     melodies = Path(melodies)
-    if lead_prob > 0 and not melodies.is_dir():
+    if max(lead_prob, piano_prob) > 0 and not melodies.is_dir():
         raise FileNotFoundError(f"{melodies}: no such folder of POP909 MIDI files (NNN.mid), needed for leads")
     check_styles(styles, mma)
     songs = sorted(p.name for p in annotations.iterdir() if (p / "chord_midi.txt").is_file())
@@ -340,15 +357,16 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
             skipped[f"song: {err.reason}"] += 1
             continue
         midi = None
-        if lead_prob > 0:
+        if max(lead_prob, piano_prob) > 0:
             try:
                 midi = miditoolkit.MidiFile(str(melodies / f"{song}.mid"))
             except (OSError, ValueError, EOFError) as err:
                 raise FileNotFoundError(f"{melodies / f'{song}.mid'}: not a readable POP909 MIDI file ({err})") from err
         for chart in charts:
-            melody = tuple(chart_melody(chart, midi)) if midi is not None else ()
+            melody = tuple(chart_melody(chart, midi)) if lead_prob > 0 else ()
+            piano = tuple(n for n in chart_melody(chart, midi, PIANO_TRACK) if n[2] >= PIANO_LOW) if piano_prob else ()
             tasks += _draw_renditions(chart, styles, styles_per_chart, transpositions, seed, articulation,
-                                      lead_prob, melody, root / split_of(song), mma)
+                                      lead_prob, melody, root / split_of(song), mma, piano_prob, piano)
     previous = root / "corpus.json"
     if previous.is_file():
         for old in (Path(piece["path"]) for piece in json.loads(previous.read_text()).get("pieces", [])):
@@ -368,7 +386,8 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
             result.splits[path.parent.name].append(path)
             result.pieces.append(MmaPiece(
                 path.name.split(".")[0], chart.song, chart.index, path.parent.name, task.style, task.shift,
-                task.articulation, None if task.lead is None else task.lead.program, chart.tempo, bars,
+                task.articulation, None if task.lead is None else task.lead.program,
+                None if task.piano is None else task.piano.program, chart.tempo, bars,
                 chart.first_bar, chart.lines(task.shift), path.relative_to(root).as_posix()))
     result.skipped = dict(sorted(skipped.items()))
     splits = {split: {"pieces": len(members), "songs": len({p.song for p in members}), "bars": len(members) * bars}
@@ -379,6 +398,7 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
         "songs": pieces if pieces is None or isinstance(pieces, int) else list(pieces),
         "seed": seed, "bars": bars, "charts_per_song": charts_per_song, "styles_per_chart": styles_per_chart,
         "articulation": None if articulation is None else list(articulation), "lead_prob": lead_prob,
+        "piano_prob": piano_prob,
         "transpositions": list(transpositions), "tempo_range": list(TEMPO_RANGE), "styles": result.styles,
         "splits": splits, "skipped": result.skipped, "pieces": [asdict(p) for p in result.pieces],
     }
@@ -410,6 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="default: 30 grooves; wide: 76 (module docstring)")
     parser.add_argument("--lead-prob", type=float, default=0.0,
                         help="probability that a rendition's accompaniment is the song's own melody (default: 0)")
+    parser.add_argument("--piano-prob", type=float, default=0.0,
+                        help="probability that a rendition without a lead takes the song's piano part (default: 0)")
     parser.add_argument("--melodies", default=str(DEFAULT_MELODIES), help="POP909 MIDI folder (NNN.mid), for leads")
     parser.add_argument("--articulation", type=int, nargs=2, default=None, metavar=("LOW", "HIGH"),
                         help="draw each rendition's note lengths, %% of nominal (default: each groove's own)")
@@ -425,7 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          args.bars, seed=args.seed, jobs=args.jobs, charts_per_song=args.charts_per_song,
                          styles_per_chart=args.styles_per_chart,
                          articulation=None if args.articulation is None else tuple(args.articulation),
-                         lead_prob=args.lead_prob, melodies=args.melodies)
+                         lead_prob=args.lead_prob, melodies=args.melodies,
+                         piano_prob=args.piano_prob)
     except (RuntimeError, FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     return 0

@@ -31,6 +31,7 @@ CHART_BARS = 16  # bars per chart (module docstring)
 TEMPO_RANGE = (60, 180)  # qpm the annotated tempo is clamped to
 BEATS_PER_BAR = 4
 MELODY_TRACK = "MELODY"  # POP909's lead-melody track
+PIANO_TRACK = "PIANO"  # POP909's piano accompaniment track
 BeatNote = tuple[float, float, int]  # (start, end) in beats from the chart's first beat, MIDI pitch
 ROOT_NAMES = ("C", "C#", "D", "Eb", "E", "F", "F#", "G", "Ab", "A", "Bb", "B")  # spelling of the rendered roots
 LETTERS = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}

@@ -202,3 +202,31 @@ def test_a_lead_rendition_plays_the_songs_melody_over_the_band(tiny_corpus, tmp_
         assert {(start, pitch) for start, _, pitch in acc} == expected
         same = next(p for p in description["pieces"] if p["path"] == piece.path)
         assert (same["style"], same["transposition"]) == (piece.style, piece.transposition)
+
+
+def test_a_piano_rendition_plays_the_songs_piano_part_above_the_bass(tiny_corpus, tmp_path):
+    corpus, description = tiny_corpus
+    melodies = ANNOTATIONS.parent / "pop909"
+    if not melodies.is_dir():
+        pytest.skip(f"POP909 MIDI files not found at {melodies}")
+    with pytest.raises(ValueError, match="piano_prob"):
+        gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], piano_prob=-0.1)
+    keyed = gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], charts_per_song=1, piano_prob=1.0,
+                                melodies=melodies, progress=False)
+    assert json.loads((tmp_path / "corpus.json").read_text())["piano_prob"] == 1.0
+    (chart,) = chart_song(SONGS[0], *load_song(ANNOTATIONS / SONGS[0]), 16, 1)
+    part = chart_melody(chart, miditoolkit.MidiFile(str(melodies / f"{SONGS[0]}.mid")), "PIANO")
+    kept = [(start, pitch) for start, _, pitch in part if pitch >= gm.PIANO_LOW]
+    assert 0 < len(kept) < len(part)  # the left hand's low notes are left to the bass
+    tokenizer = GrooveTokenizer()
+    for piece in keyed.pieces:
+        assert piece.piano in gm.PIANO_PROGRAMS and piece.lead is None
+        bass, drums, acc = tokenizer.parse(tmp_path / piece.path).tracks()
+        assert bass and drums
+        expected = {(round(start * TICKS_PER_BEAT), pitch + piece.transposition) for start, pitch in kept}
+        assert {(start, pitch) for start, _, pitch in acc} == expected
+        same = next(p for p in description["pieces"] if p["path"] == piece.path)
+        assert (same["style"], same["transposition"]) == (piece.style, piece.transposition)  # earlier draws kept
+    led = gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], charts_per_song=1, lead_prob=1.0,
+                              piano_prob=1.0, melodies=melodies, progress=False)
+    assert all(p.lead is not None and p.piano is None for p in led.pieces)  # a lead wins over the piano
