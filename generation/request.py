@@ -349,6 +349,8 @@ class Plan:
     def describe(self) -> str:
         """One line on what is decoded and how."""
         sampling = self.sampling
+        opening = (f" (x{1 + sampling.opening_boost:g} at bar 1, fading over {sampling.opening_bars} bars)"
+                   if sampling.token_bias and sampling.opening_boost else "")
         return (f"generating {self.num_samples} sample(s) of up to {self.budget} tokens after a {len(self.prompt)}-token "
                 f"prompt (top_p={sampling.top_p:g}, nucleus over each {sampling.nucleus}, temperature="
                 f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
@@ -356,6 +358,7 @@ class Plan:
                 f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}"
                 f"{''.join(f', {names} bias {bias:+g}' for names, bias in grouped_biases(sampling.token_bias))}"
                 f"{' (before recall)' if sampling.token_bias and sampling.bias_before_recall else ''}"
+                f"{opening}"
                 f"{''.join(f', {prefix} never cut' for prefix in sampling.nucleus_exempt)}, seed {self.seed})")
 
     def run(self, model: Any, device: torch.device, progress: bool = False,

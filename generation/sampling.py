@@ -134,6 +134,8 @@ class SamplingConfig:
     token_bias: tuple[tuple[str, float], ...] = ()  # (token-name prefix, bias): added to those tokens' logits
     nucleus_exempt: tuple[str, ...] = ()  # token-name prefixes the nucleus never cuts (their whole tail kept)
     bias_before_recall: bool = False  # token_bias shifts the model's logits before recall's copies are mixed in
+    opening_boost: float = 0.0  # token_bias times 1 + this at the first bar line, fading to 1 at opening_bars
+    opening_bars: int = 16  # bar lines so far (prompt included) at which the opening boost has faded out
 
     def __post_init__(self) -> None:
         if not 0.0 < self.top_p <= 1.0:
@@ -152,6 +154,9 @@ class SamplingConfig:
         self.nucleus_exempt = tuple(str(prefix) for prefix in self.nucleus_exempt)
         if not all(self.nucleus_exempt):
             raise ValueError(f"nucleus_exempt needs non-empty token-name prefixes, got {self.nucleus_exempt}")
+        if not (math.isfinite(self.opening_boost) and self.opening_boost >= -1 and self.opening_bars >= 1):
+            raise ValueError(f"opening_boost must be finite and >= -1 and opening_bars >= 1, got "
+                             f"{self.opening_boost}, {self.opening_bars}")
         if self.hold_bars and not self.constrained:
             raise ValueError("a hold limit needs grammar-constrained sampling (constrained=True)")
 
@@ -177,7 +182,8 @@ class SamplingConfig:
                    recall=(RecallConfig(weights, defaults.recall_orders, defaults.recall_min_lag)
                            if use_recall else None),
                    end_bias=defaults.end_bias, end_ramp=defaults.end_ramp, token_bias=tuple(defaults.token_bias),
-                   nucleus_exempt=tuple(defaults.nucleus_exempt), bias_before_recall=defaults.bias_before_recall)
+                   nucleus_exempt=tuple(defaults.nucleus_exempt), bias_before_recall=defaults.bias_before_recall,
+                   opening_boost=defaults.opening_boost, opening_bars=defaults.opening_bars)
 
 
 @dataclass
@@ -320,13 +326,15 @@ class Decoder:
                             sections=sections)  # with a form, a bar copies from bars of its label only
             recall.extend(prompt)
             self.recalls = [copy.deepcopy(recall) for _ in range(num_samples)]
-        self.bars: list[int] | None = None  # bar lines of each sample so far, for the end ramp
-        if self.sampling.end_ramp:
-            if tokenizer.bar_id is None:
-                raise ValueError(f"an end ramp counts bar lines, which the {type(tokenizer).__name__} format "
-                                 f"has none of (set generate.end_ramp to 0)")
-            self.bars = [prompt.count(tokenizer.bar_id)] * num_samples
         self.token_bias = token_bias_vector(tokenizer, self.sampling.token_bias)  # (V,) or None
+        self.opening = self.token_bias is not None and self.sampling.opening_boost != 0
+        self.bars: list[int] | None = None  # bar lines of each sample so far, for the end ramp and the opening
+        if self.sampling.end_ramp or self.opening:
+            if tokenizer.bar_id is None:
+                raise ValueError(f"an end ramp or an opening boost counts bar lines, which the "
+                                 f"{type(tokenizer).__name__} format has none of (set generate.end_ramp and "
+                                 f"generate.opening_boost to 0)")
+            self.bars = [prompt.count(tokenizer.bar_id)] * num_samples
         self.top_p = nucleus_top_p(tokenizer, self.sampling)  # float, or (V,) with exempt tokens
         self.finished = [False] * num_samples  # ended at EOS or by a stop condition
         self.at_eos = [False] * num_samples
@@ -369,8 +377,9 @@ class Decoder:
             allowed = None
             if self.grammars is not None:
                 allowed = torch.from_numpy(self._masks(eos)).to(self.device)  # (B, V)
-            end_bias = self.end_logit_bias() if self.sampling.end_bias or self.bars is not None else None
-            logits = shaped_logits(self.logits, self.sampling, eos, self.recalls, end_bias, self.token_bias)
+            end_bias = self.end_logit_bias() if self.sampling.end_bias or self.sampling.end_ramp else None
+            token_bias = self.opening_token_bias() if self.opening else self.token_bias  # (B, V), (V,) or None
+            logits = shaped_logits(self.logits, self.sampling, eos, self.recalls, end_bias, token_bias)
             drawn = sample_next(logits, self.top_p, self.sampling.temperature, allowed,
                                 self.generator, self.types).tolist()  # (B,)
             for i, token in enumerate(drawn):
@@ -402,6 +411,13 @@ class Decoder:
         """(B,) what the End token's logit gets per sample: the end bias, plus the ramp per bar line."""
         bars = torch.tensor(self.bars if self.bars is not None else [0] * self.num_samples, dtype=torch.float64)
         return self.sampling.end_bias + self.sampling.end_ramp * bars  # (B,)
+
+    def opening_token_bias(self) -> torch.Tensor:
+        """(B, V) the token bias per sample: (1 + opening_boost) times it at bar line 0, fading linearly to
+        once it at bar line `opening_bars` and after."""
+        bars = torch.tensor(self.bars, dtype=torch.float64)  # (B,)
+        fade = (1 - bars / self.sampling.opening_bars).clamp(min=0)  # (B,) 1 at the first bar line, then 0
+        return self.token_bias[None, :] * (1 + self.sampling.opening_boost * fade)[:, None]  # (B, V)
 
     def _masks(self, eos: int) -> np.ndarray:
         """(B, V) allowed tokens; finished samples allow everything (their draw is ignored)."""

@@ -190,6 +190,9 @@ class GenerateConfig:
     # from their whole tempered distribution (a rare long note is not cut from the tail)
     bias_before_recall: bool = False  # token_bias is added to the model's logits before recall mixes its
     # copies in (a copied token keeps its odds), instead of to the mixture
+    opening_boost: float = 0.0  # token_bias is (1 + opening_boost) times stronger at a piece's first bar line,
+    # fading linearly to itself at bar line `opening_bars` (songs open sparser than they go on; 0: off)
+    opening_bars: int = 16  # bar lines (the prompt's included) over which the opening boost fades out
 
     def validate(self) -> None:
         _at_least("generate.tokens", self.tokens, 1)
@@ -209,6 +212,9 @@ class GenerateConfig:
             if not prefix or not math.isfinite(bias):
                 raise ValueError(f"generate.token_bias needs (token-name prefix, finite bias) pairs, got "
                                  f"({prefix!r}, {bias})")
+        _at_least("generate.opening_bars", self.opening_bars, 1)
+        if not math.isfinite(self.opening_boost) or self.opening_boost < -1:
+            raise ValueError(f"generate.opening_boost must be finite and >= -1, got {self.opening_boost}")
         if not all(self.nucleus_exempt):
             raise ValueError(f"generate.nucleus_exempt needs non-empty token-name prefixes, got {self.nucleus_exempt}")
         if self.recall_weights is not None:

@@ -432,6 +432,32 @@ def test_the_token_bias_comes_from_the_models_defaults():
         GenerateConfig(token_bias=(("", 1.0),)).validate()
 
 
+def test_the_opening_boost_strengthens_the_token_bias_over_the_first_bars(tokenizer):
+    from training.config import GenerateConfig
+
+    model = tiny_model(tokenizer.vocab_size)
+    bar = tokenizer.vocab.token(tokenizer.bar_id)
+    sampling = SamplingConfig(constrained=False, token_bias=((bar, 1.0),), opening_boost=1.0, opening_bars=4)
+    for prompt_bars, expected in ((1, 1.75), (2, 1.5), (4, 1.0), (9, 1.0)):
+        decoder = Decoder(model, tokenizer, [tokenizer.bar_id] * prompt_bars, 2, sampling,
+                          torch.Generator().manual_seed(0))
+        bias = decoder.opening_token_bias()  # (B, V)
+        assert bias.shape == (2, tokenizer.vocab_size)
+        assert bias[:, tokenizer.bar_id].tolist() == [expected, expected] and bias.sum().item() == 2 * expected
+    decoder.run(12)  # the count follows the bar lines drawn, per sample
+    assert decoder.bars == [t.count(tokenizer.bar_id) for t in decoder.tokens]
+    plain = Decoder(model, tokenizer, [tokenizer.bar_id], 1, SamplingConfig(constrained=False, opening_boost=1.0))
+    assert not plain.opening and plain.bars is None  # no token bias: nothing to boost, no bar count
+    defaults = SamplingConfig.from_defaults(GenerateConfig(opening_boost=0.5, opening_bars=8))
+    assert (defaults.opening_boost, defaults.opening_bars) == (0.5, 8)
+    with pytest.raises(ValueError, match="opening_boost must be finite and >= -1"):
+        SamplingConfig(opening_boost=-2.0)
+    with pytest.raises(ValueError, match="generate.opening_boost must be finite and >= -1"):
+        GenerateConfig(opening_boost=float("nan")).validate()
+    with pytest.raises(ValueError, match="generate.opening_bars must be >= 1"):
+        GenerateConfig(opening_bars=0).validate()
+
+
 def test_token_biases_sharing_a_value_are_described_together():
     from generation.request import grouped_biases
 
