@@ -79,8 +79,9 @@ def check(device: torch.device, length: int = 300) -> list[dict]:
             model.to(dtype)
             for path in paths:
                 result = logits_and_grads(model, tokens.to(device), noise_as(noise, device, dtype), path)
+                errors = dict(zip(("logits", "grads"), relative(result, reference)))
                 rows.append({"what": f"{pe}/{path} {device.type} {name} vs cpu float64",
-                             "tolerance": TOLERANCE[name], **dict(zip(("logits", "grads"), relative(result, reference)))})
+                             "tolerance": TOLERANCE[name], **errors})
         for path in paths:  # model in float32, as training keeps it
             result = logits_and_grads(model, tokens.to(device), noise_as(noise, device, torch.float32), path, bf16=True)
             rows.append({"what": f"{pe}/{path} {device.type} bf16 autocast vs cpu float64",
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = [row for row in rows if max(row["logits"], row["grads"]) > row["tolerance"]]
     for row in rows:
         flag = "FAIL" if row in failed else "ok"
-        print(f"{flag:4} {row['what']}: logits {row['logits']:.2e}, grads {row['grads']:.2e} (tol {row['tolerance']:.0e})")
+        print(f"{flag:4} {row['what']}: logits {row['logits']:.2e}, grads {row['grads']:.2e} "
+              f"(tol {row['tolerance']:.0e})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -43,7 +43,8 @@ def notes_per_onset(counts: Counts) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None, help="run, checkpoint or shipped model (default: the default)")
-    parser.add_argument("--corpus", default=None, help="token corpus of the real songs (default: the model's data.root)")
+    parser.add_argument("--corpus", default=None,
+                        help="token corpus of the real songs (default: the model's data.root)")
     parser.add_argument("--fit-split", default="valid", help="songs whose notes per onset are fitted (default: valid)")
     parser.add_argument("--split", default="test", help="held-out songs shown beside (default: test)")
     parser.add_argument("--prefix", default="Note_Pitch", help="token-name prefix biased (default: %(default)s)")

@@ -106,9 +106,10 @@ def measure(run_dirs: list[tuple[str, int, Path]], args: argparse.Namespace) -> 
         cache = args.out / "measures" / f"{path.name}.json"
         if not cache.exists():
             cache.parent.mkdir(parents=True, exist_ok=True)
-            cmd = [sys.executable, "-m", "apps.evaluate", "form", "--checkpoint", str(path), "--corpus", CORPUS, "--out",
-                   str(args.out / "eval" / path.name), "--songs", str(args.songs), "--max-len", str(args.max_len),
-                   "--pieces", str(args.pieces), "--tokens", str(args.tokens), "--json", str(cache),
+            cmd = [sys.executable, "-m", "apps.evaluate", "form", "--checkpoint", str(path), "--corpus", CORPUS,
+                   "--out", str(args.out / "eval" / path.name), "--songs", str(args.songs),
+                   "--max-len", str(args.max_len), "--pieces", str(args.pieces), "--tokens", str(args.tokens),
+                   "--json", str(cache),
                    "--no-progress"]
             logger.info("measuring %s: %s", path, " ".join(cmd[2:]))
             subprocess.run(cmd, cwd=REPO, check=True)

@@ -7,7 +7,8 @@ For each held-out song of the corpus (its test split) with at least 2 * MARGIN +
 
 * NLL of the real span's tokens (nats per token), teacher-forced: the FIM model given both sides (the
   rearranged order of ``remi.infill``, reading the suffix's first bars within --suffix-tokens), the
-  FIM model given the left side only (plain order), and the plain model given the left side only. Both sides minus left only is the gain of seeing the suffix;
+  FIM model given the left side only (plain order), and the plain model given the left side only. Both
+  sides minus left only is the gain of seeing the suffix;
 * two ceilings of what a model can take from material it has read: the FIM model with the real span
   itself read as the suffix (``nll_span_as_suffix``; a model that copies gets it nearly free), and
   the plain model reading the span a second time right after itself (``nll_plain_repeat``); with
@@ -231,7 +232,8 @@ def write_outputs(rows: list[dict], args: argparse.Namespace) -> None:
         return f"{np.nanmean(values):.3f} ± {np.nanstd(values):.3f}"
 
     lines = [f"`python -m bench.infill --checkpoint {args.checkpoint} --plain {args.plain} --corpus {args.corpus} "
-             f"--songs {args.songs} --bars {args.bars} --suffix-tokens {args.suffix_tokens} --lead-bars {args.lead_bars} "
+             f"--songs {args.songs} --bars {args.bars} --suffix-tokens {args.suffix_tokens} "
+             f"--lead-bars {args.lead_bars} "
              f"--seed {args.seed}{' --recall' if args.recall else ''}`: {len(real)} held-out songs, one span "
              f"of {args.bars} bars each", "",
              f"NLL of the real span (nats per token, mean ± std over songs){', with recall' if args.recall else ''}:",

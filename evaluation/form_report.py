@@ -164,7 +164,8 @@ def markdown(label: str, f: dict[str, Any], options: FormOptions, songs: int) ->
     p = f["placement"]
     rows = [("same-label phrase similarity", "same"), ("different-label phrase similarity", "different"),
             ("difference (same - different)", "gap"), ("bar repetition", "repetition"),
-            ("tokens per bar, bars 1-16", "tokens_per_bar_1_16"), ("tokens per bar, bars 17-64", "tokens_per_bar_17_64"),
+            ("tokens per bar, bars 1-16", "tokens_per_bar_1_16"),
+            ("tokens per bar, bars 17-64", "tokens_per_bar_17_64"),
             ("length in bars (median)", "bars")]
     lines = [f"Held-out songs: {p['songs']}, with labels {p['with_labels']}, labels on our bars "
              f"{p['on_our_bars']} (measured: {songs}).\n",

@@ -46,7 +46,7 @@ class QualityOptions:
     pieces: int  # generated pieces per model and mode
     tokens: int  # new tokens per generated piece
     prompt_bars: int  # bars of a real piece used as a continuation prompt
-    request: GenerationRequest  # top-p, temperature, nucleus as asked (None: the model's); prompt and tokens set per piece
+    request: GenerationRequest  # top-p, temperature, nucleus as asked (None: the model's); prompt, tokens per piece
     seed: int  # seed of the sampling generator
     full_real: bool = False  # measure whole real pieces (default: as many tokens as the generated ones)
     progress: bool = True  # show progress bars

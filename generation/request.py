@@ -351,7 +351,8 @@ class Plan:
         sampling = self.sampling
         opening = (f" (x{1 + sampling.opening_boost:g} at bar 1, fading over {sampling.opening_bars} bars)"
                    if sampling.token_bias and sampling.opening_boost else "")
-        return (f"generating {self.num_samples} sample(s) of up to {self.budget} tokens after a {len(self.prompt)}-token "
+        return (f"generating {self.num_samples} sample(s) of up to {self.budget} tokens after a "
+                f"{len(self.prompt)}-token "
                 f"prompt (top_p={sampling.top_p:g}, nucleus over each {sampling.nucleus}, temperature="
                 f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
                 f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}"
