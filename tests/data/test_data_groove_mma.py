@@ -103,6 +103,15 @@ def tiny_corpus(tmp_path_factory):
     return corpus, json.loads((root / "corpus.json").read_text())
 
 
+@pytest.fixture
+def melodies() -> Path:
+    """POP909's MIDI files, whose melody and piano parts can replace MMA's accompaniment."""
+    folder = ANNOTATIONS.parent / "pop909"
+    if not folder.is_dir():
+        pytest.skip(f"POP909 MIDI files not found at {folder}")
+    return folder
+
+
 def test_tiny_corpus_layout_and_splits(tiny_corpus):
     corpus, description = tiny_corpus
     files = list_splits(corpus.root)
@@ -178,11 +187,8 @@ def test_drawn_articulation_shortens_the_notes_and_is_recorded(tiny_corpus, tmp_
 
 
 
-def test_a_lead_rendition_plays_the_songs_melody_over_the_band(tiny_corpus, tmp_path):
+def test_a_lead_rendition_plays_the_songs_melody_over_the_band(tiny_corpus, melodies, tmp_path):
     corpus, description = tiny_corpus
-    melodies = ANNOTATIONS.parent / "pop909"
-    if not melodies.is_dir():
-        pytest.skip(f"POP909 MIDI files not found at {melodies}")
     with pytest.raises(ValueError, match="lead_prob"):
         gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], lead_prob=1.5)
     with pytest.raises(FileNotFoundError, match="POP909 MIDI"):
@@ -204,11 +210,8 @@ def test_a_lead_rendition_plays_the_songs_melody_over_the_band(tiny_corpus, tmp_
         assert (same["style"], same["transposition"]) == (piece.style, piece.transposition)
 
 
-def test_a_piano_rendition_plays_the_songs_piano_part_above_the_bass(tiny_corpus, tmp_path):
+def test_a_piano_rendition_plays_the_songs_piano_part_above_the_bass(tiny_corpus, melodies, tmp_path):
     corpus, description = tiny_corpus
-    melodies = ANNOTATIONS.parent / "pop909"
-    if not melodies.is_dir():
-        pytest.skip(f"POP909 MIDI files not found at {melodies}")
     with pytest.raises(ValueError, match="piano_prob"):
         gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], piano_prob=-0.1)
     keyed = gm.build_mma_corpus(tmp_path, ANNOTATIONS, STYLES, pieces=SONGS[:1], charts_per_song=1, piano_prob=1.0,
