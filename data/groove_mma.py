@@ -340,7 +340,8 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
         raise ValueError(f"lead_prob and piano_prob must be in [0, 1], got {lead_prob} and {piano_prob}")
     melodies = Path(melodies)
     if max(lead_prob, piano_prob) > 0 and not melodies.is_dir():
-        raise FileNotFoundError(f"{melodies}: no such folder of POP909 MIDI files (NNN.mid), needed for leads and piano parts")
+        raise FileNotFoundError(f"{melodies}: no such folder of POP909 MIDI files (NNN.mid), needed for leads and "
+                                f"piano parts")
     check_styles(styles, mma)
     songs = sorted(p.name for p in annotations.iterdir() if (p / "chord_midi.txt").is_file())
     if isinstance(pieces, int):
@@ -432,7 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="probability that a rendition's accompaniment is the song's own melody (default: 0)")
     parser.add_argument("--piano-prob", type=float, default=0.0,
                         help="probability that a rendition without a lead takes the song's piano part (default: 0)")
-    parser.add_argument("--melodies", default=str(DEFAULT_MELODIES), help="POP909 MIDI folder (NNN.mid), for leads and piano parts")
+    parser.add_argument("--melodies", default=str(DEFAULT_MELODIES),
+                        help="POP909 MIDI folder (NNN.mid), for leads and piano parts")
     parser.add_argument("--articulation", type=int, nargs=2, default=None, metavar=("LOW", "HIGH"),
                         help="draw each rendition's note lengths, %% of nominal (default: each groove's own)")
     parser.add_argument("--bars", type=int, default=CHART_BARS, help="bars per chart")
