@@ -205,6 +205,11 @@ class Lead:
     program: int  # GM program (0-based)
     notes: tuple[BeatNote, ...]  # (start, end) in beats from the chart's start, MIDI pitch (transposed)
 
+    @classmethod
+    def transposed(cls, program: int, notes: Sequence[BeatNote], shift: int) -> Lead:
+        """The part's notes moved by ``shift`` semitones with the chords, pitches kept within MIDI's 0..127."""
+        return cls(program, tuple((start, end, min(127, max(0, pitch + shift))) for start, end, pitch in notes))
+
 
 def band_midi(midi: miditoolkit.MidiFile, bars: int, lead: Lead | None = None) -> miditoolkit.MidiFile:
     """MMA's tracks merged onto "BB Drums", "BB Bass" and one accompaniment (``lead``'s notes when given);
@@ -299,12 +304,12 @@ def _draw_renditions(chart: Chart, styles: Sequence[str], styles_per_chart: int,
         if lead_prob > 0 and extra.random() < lead_prob:
             program = LEAD_PROGRAMS[int(extra.integers(len(LEAD_PROGRAMS)))]
             if len(melody) >= len(chart.halves):  # at least a note a bar on average, else MMA's chords
-                lead = Lead(program, tuple((a, b, min(127, max(0, p + shift))) for a, b, p in melody))
+                lead = Lead.transposed(program, melody, shift)
         keys = None
         if piano_prob > 0 and third.random() < piano_prob:
             program = PIANO_PROGRAMS[int(third.integers(len(PIANO_PROGRAMS)))]
             if lead is None and len(piano) >= len(chart.halves):  # as for a lead: a note a bar at least
-                keys = Lead(program, tuple((a, b, min(127, max(0, p + shift))) for a, b, p in piano))
+                keys = Lead.transposed(program, piano, shift)
         path = folder / f"{chart.song}_{chart.index}.{style}.mid"
         out.append(Rendition(chart, style, shift, mma_seed, drawn, lead, keys, path, mma))
     return out
@@ -365,7 +370,8 @@ def build_mma_corpus(out_dir: str | Path, annotations: str | Path = DEFAULT_ANNO
                 raise FileNotFoundError(f"{melodies / f'{song}.mid'}: not a readable POP909 MIDI file ({err})") from err
         for chart in charts:
             melody = tuple(chart_melody(chart, midi)) if lead_prob > 0 else ()
-            piano = tuple(n for n in chart_melody(chart, midi, PIANO_TRACK) if n[2] >= PIANO_LOW) if piano_prob else ()
+            piano = (tuple(n for n in chart_melody(chart, midi, PIANO_TRACK) if n[2] >= PIANO_LOW)
+                     if piano_prob > 0 else ())
             tasks += _draw_renditions(chart, styles, styles_per_chart, transpositions, seed, articulation,
                                       lead_prob, melody, root / split_of(song), mma, piano_prob, piano)
     previous = root / "corpus.json"

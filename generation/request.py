@@ -352,9 +352,8 @@ class Plan:
         opening = (f" (x{1 + sampling.opening_boost:g} at bar 1, fading over {sampling.opening_bars} bars)"
                    if sampling.token_bias and sampling.opening_boost else "")
         return (f"generating {self.num_samples} sample(s) of up to {self.budget} tokens after a "
-                f"{len(self.prompt)}-token "
-                f"prompt (top_p={sampling.top_p:g}, nucleus over each {sampling.nucleus}, temperature="
-                f"{sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
+                f"{len(self.prompt)}-token prompt (top_p={sampling.top_p:g}, nucleus over each {sampling.nucleus}, "
+                f"temperature={sampling.temperature:g}, {'constrained' if sampling.constrained else 'unconstrained'}"
                 f"{f', end bias {sampling.end_bias:+g}' if sampling.end_bias else ''}"
                 f"{f' {sampling.end_ramp:+g} per bar' if sampling.end_ramp else ''}"
                 f"{''.join(f', {names} bias {bias:+g}' for names, bias in grouped_biases(sampling.token_bias))}"
