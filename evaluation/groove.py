@@ -26,8 +26,8 @@ from generation.outputs import AtomicOutputs
 from generation.own_file import new_notes
 from generation.pieces import first_bars, next_bar_time
 from generation.request import GenerationRequest
-from groove.roles import TRACKS, piece_from_midi
-from tokenization import BaseTokenizer, TokenizationError, declared_meters, load_midi, midi_files
+from groove.roles import TRACKS, band_problem
+from tokenization import BaseTokenizer, TokenizationError, load_midi, midi_files
 
 logger = logging.getLogger(__name__)
 REAL_LABEL = "real continuation"  # label of the rows scored by the pieces' own continuations
@@ -145,12 +145,9 @@ def band_pieces(folder: Path, tokenizer: BaseTokenizer) -> tuple[list[np.ndarray
         except TokenizationError as error:
             skipped.append(Skipped(name, error.reason))
             continue
-        meters = [m for m in declared_meters(midi) if m != "4/4"]
-        missing = [role for role, notes in zip(TRACKS, piece_from_midi(midi, name).tracks()) if not notes]
-        if meters:
-            skipped.append(Skipped(name, f"meter {meters[0]} (the groove format is 4/4)"))
-        elif missing:
-            skipped.append(Skipped(name, "no " + " and no ".join(missing) + " track"))
+        problem = band_problem(midi, name)
+        if problem:
+            skipped.append(Skipped(name, problem))
         else:
             pieces.append(np.asarray(tokenizer.encode(midi), dtype=np.int64))
             names.append(name)

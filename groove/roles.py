@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import miditoolkit
 
+from tokenization import declared_meters
+
 TRACKS = ("bass", "drums", "accompaniment")  # role names, in token and decoded-track order
 BASS, DRUMS, ACCOMPANIMENT = range(3)  # role indices into TRACKS
 TICKS_PER_BEAT = 12  # the format's time grid
@@ -107,6 +109,18 @@ def piece_from_midi(midi: miditoolkit.MidiFile, name: str) -> GroovePiece:
         drums=grid_notes(drums[0], tpb) if drums else [],
         candidates=[grid_notes(inst, tpb) for inst in others],
     )
+
+
+def band_problem(midi: miditoolkit.MidiFile, name: str) -> str | None:
+    """Why ``midi`` is not a full band piece for the format (a meter other than 4/4, or a role with no
+    track), or None when it is one."""
+    meters = [m for m in declared_meters(midi) if m != "4/4"]
+    if meters:
+        return f"meter {meters[0]} (the groove format is 4/4)"
+    missing = [role for role, notes in zip(TRACKS, piece_from_midi(midi, name).tracks()) if not notes]
+    if missing:
+        return "no " + " and no ".join(missing) + " track"
+    return None
 
 
 @dataclass
