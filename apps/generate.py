@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--render", choices=RENDERS, default="file",
                         help="with --prompt: 'file' writes the prompt's own MIDI file with only the generated bars "
                              "changed (every other note, track, tempo and marker where it was), 'tokens' the "
-                             "decoded tokens (quantised, on the tokenizer's bar grid, one track) (default: %(default)s)")
+                             "decoded tokens (quantised, on the tokenizer's bar grid, one track) "
+                             "(default: %(default)s)")
     parser.add_argument("--no-audio", action="store_true", help="write no .wav / .ogg")
     parser.add_argument("--soundfont", default=None,
                         help="General MIDI .sf2 for the audio (default: the one shipped with pretty_midi)")

@@ -97,7 +97,8 @@ class Studio:
 
     def continue_(self, state, length, unit, progress: Any = None) -> list[Any]:
         session = self.session(state)
-        return self._act(session, lambda: session.continue_(whole_number(length, "length", 0), unit, _progress(progress)))
+        return self._act(session,
+                         lambda: session.continue_(whole_number(length, "length", 0), unit, _progress(progress)))
 
     def undo(self, state) -> list[Any]:
         session = self.session(state)

@@ -83,9 +83,11 @@ class Request:
     seed: int = 0  # drives the positional noise and the draws
     num_samples: int = 1  # samples decoded as one batch
     audio: bool = True  # render .wav / .ogg
-    render: str = "file"  # with a prompt: "file" writes the uploaded file with only the new bars changed, "tokens" the decoded tokens
+    # with a prompt: "file" writes the uploaded file with only the new bars changed, "tokens" the decoded tokens
+    render: str = "file"
     restate: float | None = None  # with a form: probability that a returning unit restates its first (None: default)
-    nucleus: str | None = None  # top-p cut over the vocabulary ("token") or within each type ("type"); None: the model's
+    # top-p cut over the vocabulary ("token") or within each type ("type"); None: the model's
+    nucleus: str | None = None
     end: bool | None = None  # may the model end the piece early (None: the model's own policy)
     hold_bars: int | None = None  # groove models: close any note held this many bars, 0: no limit (None: the model's)
     recall: bool | None = None  # copy cache in sampling (generation.recall); None: the model's own

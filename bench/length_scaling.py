@@ -115,7 +115,8 @@ def main() -> None:
                     "allocator": args.allocator}
             results[key].append(run_isolated(__spec__.name, spec))
     print(f"{args.layers} layers, d_model {args.d_model}, {args.tokens} tokens per batch, performer "
-          f"pe {args.pe} attention {args.attention}, contraction {args.contraction or 'auto'}, allocator {args.allocator}, "
+          f"pe {args.pe} attention {args.attention}, contraction {args.contraction or 'auto'}, "
+          f"allocator {args.allocator}, "
           f"{torch.get_num_threads()} threads, medians of "
           f"{args.repeats} processes x {args.steps} steps")
     shortest, longest = min(args.lengths), max(args.lengths)

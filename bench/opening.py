@@ -82,7 +82,8 @@ def written(tokenizer: BaseTokenizer, ids: Sequence[int], folder: Path) -> list[
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None, help="run, checkpoint or shipped model (default: the default)")
-    parser.add_argument("--corpus", default=None, help="token corpus of the real songs (default: the model's data.root)")
+    parser.add_argument("--corpus", default=None,
+                        help="token corpus of the real songs (default: the model's data.root)")
     parser.add_argument("--split", default="test", help="split of the real songs (default: %(default)s)")
     parser.add_argument("--seeds", type=int, default=16, help="sampling seeds (default: %(default)s)")
     parser.add_argument("--first-seed", type=int, default=100, help="the first sampling seed (default: %(default)s)")

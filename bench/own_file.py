@@ -127,7 +127,8 @@ def run(args: argparse.Namespace) -> dict:
 def table(rows: dict, render: str) -> str:
     keys = ("kept", "on_time", "other_messages_kept", "generated_on_grid")
     lines = [f"`--render {render}`, {len(next(iter(rows.values())))} held-out songs, seed 5 (mean, min-max):\n",
-             "| case | notes kept exactly | notes on time (seconds) | other messages kept | generated notes on the 16th grid | generated notes |",
+             "| case | notes kept exactly | notes on time (seconds) | other messages kept "
+             "| generated notes on the 16th grid | generated notes |",
              "|---|---:|---:|---:|---:|---:|"]
     for case, found in rows.items():
         cells = [f"{np.mean([r[k] for r in found]):.3f} ({min(r[k] for r in found):.3f}-{max(r[k] for r in found):.3f})"
@@ -139,7 +140,8 @@ def table(rows: dict, render: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", default="corpus/pop909_bars", help="a built POP909 corpus (its test split)")
-    parser.add_argument("--checkpoint", default=None, help="the model whose tokenizer gives the bar grid (default: shipped)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="the model whose tokenizer gives the bar grid (default: shipped)")
     parser.add_argument("--songs", type=int, default=5)
     parser.add_argument("--render", choices=("file", "tokens"), default="file")
     parser.add_argument("--out", default="eval/own_file")

@@ -12,7 +12,8 @@ The training split samples one crop per file and epoch, so each real song is lin
 (``<name>.r<i>.mid``) to weigh it against the base's many short pieces. The base's files are linked, not
 copied. ``out/real_songs.json`` lists which songs went where.
 
-    python -m data.groove_real --base corpus/groove_rhythm/midi --real ../shared/data/openmsx_band --out corpus/groove_real0/midi --fold 0 --folds 2 --repeat 60
+    python -m data.groove_real --base corpus/groove_rhythm/midi --real ../shared/data/openmsx_band \
+        --out corpus/groove_real0/midi --fold 0 --folds 2 --repeat 60
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", required=True, help="Groove2Groove folder (train/, val/, test/) to add the songs to")
     parser.add_argument("--real", required=True, help="folder of real band MIDI songs")
     parser.add_argument("--out", required=True, help="output folder, same layout (links)")
-    parser.add_argument("--fold", type=int, default=None, help="the fold held out as the test split (none: train on all)")
+    parser.add_argument("--fold", type=int, default=None,
+                        help="the fold held out as the test split (none: train on every song)")
     parser.add_argument("--folds", type=int, default=2, help="number of cross-validation folds")
     parser.add_argument("--repeat", type=int, default=60, help="links per real song in the training split")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fold shuffle")

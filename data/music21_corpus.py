@@ -262,5 +262,6 @@ def process_source(task: Task, tokenizer: BaseTokenizer) -> TaskResult:
     named = [(name, Path(task.midi_root) / f"{name}.mid") for name in result.names]
     encoded, result.skipped = encode_files(named, tokenizer, task.max_piece_tokens)
     source = task.source
-    result.pieces = [Piece(e.name, e.ids, source.composer, e.declared_meters, source.path, source.group) for e in encoded]
+    result.pieces = [Piece(e.name, e.ids, source.composer, e.declared_meters, source.path, source.group)
+                     for e in encoded]
     return result

@@ -195,7 +195,8 @@ def write_piece(tokenizer: BaseTokenizer, result: GenerationResult, out: Path, a
         placed = place(tokenizer, result, own)
         placed.midi.save(midi_path)
         notes, shift, generated = midi_notes(load_midi(midi_path)), own.origin, placed.span
-        title = f"{out.stem}: {own.path.name} with {placed.added} generated notes" + (" (EOS)" if result.stopped_at_eos else "")
+        title = f"{out.stem}: {own.path.name} with {placed.added} generated notes"
+        title += " (EOS)" if result.stopped_at_eos else ""
     text = "\n".join(tokenizer.tokens_to_strings(result.tokens)) + "\n"
     outputs.temp(out.with_suffix(".txt")).write_text(text)
     save_pianoroll(notes, outputs.temp(out.with_suffix(".png")), title, prompt_end,

@@ -7,4 +7,5 @@ from groove.constraints import ClosedNote, GrooveConstraintState
 from groove.roles import TRACKS, GroovePiece
 from groove.tokenizer import GrooveTokenizer
 
-__all__ = ["TRACKS", "Augmentation", "AugmentedPiece", "ClosedNote", "GroovePiece", "GrooveConstraintState", "GrooveTokenizer"]
+__all__ = ["TRACKS", "Augmentation", "AugmentedPiece", "ClosedNote", "GroovePiece", "GrooveConstraintState",
+           "GrooveTokenizer"]

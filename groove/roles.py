@@ -132,7 +132,8 @@ class RoleChoice:
 
 def _describe(index: int, inst: miditoolkit.Instrument) -> str:
     channel = ", channel 10" if inst.is_drum else ""
-    return f"track {index + 1} {inst.name.strip() or '(no name)'!r} (program {inst.program}{channel}, {len(inst.notes)} notes)"
+    name = inst.name.strip() or "(no name)"
+    return f"track {index + 1} {name!r} (program {inst.program}{channel}, {len(inst.notes)} notes)"
 
 
 def explain_roles(midi: miditoolkit.MidiFile) -> list[RoleChoice]:

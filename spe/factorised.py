@@ -157,7 +157,8 @@ class _FactorisedMix(torch.autograd.Function):
         # d loss / d phase[s] = (d loss / d sin) cos - (d loss / d cos) sin, and d loss / d omega[s] =
         # x[s] (g[s] w^T): its sum over positions (weighted by them for the frequencies) is a pairing
         # of w with y^T g (with (pos y)^T g), computed once, never per position
-        grad_freqs = None if moment is None else 2 * math.pi * _phase_pairing(w.double(), moment)  # d phase / d f = 2 pi pos
+        # d phase / d f = 2 pi pos
+        grad_freqs = None if moment is None else 2 * math.pi * _phase_pairing(w.double(), moment)
         grad_offsets = _phase_pairing(w_rows.view(w.shape), grad_w.view(w.shape)) if need_offsets else None
         return (None if grad_x is None else grad_x.permute(1, 2, 0, 3).to(x.dtype), None,
                 grad_w.view(w.shape).to(w.dtype) if need_w else None,

@@ -16,8 +16,8 @@ alone, so a draw runs on all threads, in any order, with the same values:
 `normal` runs the compiled kernel where `spe.kernels` serves (`normal_fill`, vectorised and
 multi-threaded: a fresh draw costs 1.6-2x less CPU time and 2.6-3x less wall time than
 `torch.randn`, bench/README.md), on float32 / float64 CPU tensors, and this module's PyTorch
-implementation elsewhere (other devices and dtypes, or without the kernels): the same integers, and samples equal to float32 rounding (the
-kernel's logarithm and sine are polynomials).
+implementation elsewhere (other devices and dtypes, or without the kernels): the same integers, and
+samples equal to float32 rounding (the kernel's logarithm and sine are polynomials).
 """
 
 from __future__ import annotations

@@ -166,8 +166,9 @@ class SineSPE(nn.Module):
     def _rotated_omegas(self, start: int, length: int):
         """`_omegas(start .. start+length-1)` in the factored code's (H, L, D, 2K) layout, without
         autograd, as products of unit complex numbers:
-        exp(i 2 pi f (start + m T + l)) = exp(i 2 pi f (start + m T)) exp(i 2 pi f l) for l < T = ROTATION_BLOCK, each factor's phase reduced in float64; one complex product per
-        entry instead of a cos and a sin. The query table's coarse factor carries the offsets."""
+        exp(i 2 pi f (start + m T + l)) = exp(i 2 pi f (start + m T)) exp(i 2 pi f l) for l < T = ROTATION_BLOCK,
+        each factor's phase reduced in float64; one complex product per entry instead of a cos and a sin.
+        The query table's coarse factor carries the offsets."""
         block = min(ROTATION_BLOCK, length)
         blocks = -(-length // block)
         device = self.freqs.device

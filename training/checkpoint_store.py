@@ -9,10 +9,11 @@
 
 A checkpoint folder is complete when its manifest lists every file with its size and the files are
 there with those sizes (meta.json, which a person may edit, need only be there); a folder written
-before manifests existed, when every file its meta.json implies is there. Only complete folders named step_* count: a folder is written under a dot name
-and renamed when its manifest is in, and pruned by renaming it away before deleting it, so no
-instant leaves a partial folder under a step_* name. The dot folders of dead processes are removed
-(or, when complete and their step has no folder, renamed into place) by `clean_stale`.
+before manifests existed, when every file its meta.json implies is there. Only complete folders named
+step_* count: a folder is written under a dot name and renamed when its manifest is in, and pruned by
+renaming it away before deleting it, so no instant leaves a partial folder under a step_* name. The dot
+folders of dead processes are removed (or, when complete and their step has no folder, renamed into
+place) by `clean_stale`.
 """
 
 from __future__ import annotations

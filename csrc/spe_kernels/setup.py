@@ -15,7 +15,8 @@ setup(
     # -fopenmp: at::parallel_for only runs on several threads when _OPENMP is defined (ATen's
     # Parallel-inl.h); without it every kernel ran on one core. The runtime is torch's own libgomp.so.1.
     ext_modules=[CppExtension("spe_kernels", ["contract.cpp", "sine.cpp", "layout.cpp", "normal.cpp", "spectral.cpp"],
-                              extra_compile_args=["-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fopenmp"],
+                              extra_compile_args=["-O3", "-march=native", "-mprefer-vector-width=512",
+                                                  "-fno-math-errno", "-fopenmp"],
                               extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": BuildExtension},
 )
