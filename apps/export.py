@@ -29,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="markdown file appended to the model card (repeatable)")
     parser.add_argument("--notes", default="", help="a paragraph added to the model card")
     parser.add_argument("--fp32", action="store_true", help="keep every weight in float32")
+    parser.add_argument("--average-with", default=None, metavar="CHECKPOINT",
+                        help="ship the mean of this run's weights and CHECKPOINT's (the same model, e.g. the one "
+                             "the run was fine-tuned from)")
+    parser.add_argument("--average-weight", type=float, default=0.5,
+                        help="with --average-with: the weight of this run's weights (default: %(default)s)")
     parser.add_argument("--set", dest="generate", action="append", default=[], metavar="generate.KEY=VALUE",
                         help="change a sampling default of the shipped model, e.g. --set "
                              "generate.temperature=1.0, or data.root / data.source (repeatable)")
@@ -46,7 +51,8 @@ def run(args: argparse.Namespace) -> None:
         if not Path(section).is_file():
             raise ValueError(f"--section {section}: no such file")
     card = export_model(args.checkpoint, args.out, title=args.title, bf16=not args.fp32,
-                        sections=args.section, notes=args.notes, generate=args.generate)
+                        sections=args.section, notes=args.notes, generate=args.generate,
+                        average_with=args.average_with, average_weight=args.average_weight)
     logger.info("exported %s to %s (model card %s)", args.checkpoint, args.out, card)
 
 

@@ -31,17 +31,25 @@ EXPORT_DATA_KEYS = ("data.root", "data.source")  # paths of the training machine
 
 def export_model(checkpoint: str | Path, out: str | Path, *, title: str, bf16: bool = True,
                  sections: Sequence[str | Path] = (), notes: str = "",
-                 generate: Sequence[str] = ()) -> Path:
+                 generate: Sequence[str] = (), average_with: str | Path | None = None,
+                 average_weight: float = 0.5) -> Path:
     """Write `out`/model.safetensors, meta.json and README.md (the model card); returns the card.
 
     `generate`: `generate.key=value` overrides of the shipped model's sampling defaults (e.g. the
     temperature chosen by measuring its pieces), and `data.root` / `data.source` (the training
     machine's paths, e.g. made relative to the repository); anything else would no longer describe the
-    weights, so it is refused."""
+    weights, so it is refused. `average_with`: another checkpoint of the same model (typically the one
+    this run was fine-tuned from); the weights shipped are then ``average_weight`` times this run's plus
+    ``1 - average_weight`` times that one's (`averaged_weights`)."""
     folder = resolve_checkpoint(checkpoint)
     meta = read_meta(folder)
     meta["config"] = sampling_defaults(meta["config"], generate)
     weights = load_file(str(folder / "model.safetensors"))
+    if average_with is not None:
+        other = resolve_checkpoint(average_with)
+        weights = averaged_weights(weights, load_file(str(other / "model.safetensors")), average_weight)
+        meta["averaged_with"] = {"checkpoint": str(average_with), "step": read_meta(other)["step"],
+                                 "weight_of_this_run": average_weight}
     if bf16:
         weights = {name: to_shipped_dtype(name, tensor) for name, tensor in weights.items()}
     out = Path(out)
@@ -68,6 +76,25 @@ def sampling_defaults(config: dict[str, Any], overrides: Sequence[str]) -> dict[
             raise ValueError(f"--set {item}: only the sampling defaults (generate.*) and where the data "
                              f"is ({', '.join(EXPORT_DATA_KEYS)}) can change at export")
     return apply_overrides(RunConfig.from_dict(config, source="checkpoint config"), list(overrides)).to_dict()
+
+
+def averaged_weights(run: dict[str, torch.Tensor], other: dict[str, torch.Tensor],
+                     weight: float) -> dict[str, torch.Tensor]:
+    """``weight * run + (1 - weight) * other``, tensor by tensor, in float32: the weight-space ensemble of
+    a fine-tuned model and the model it started from (WiSE-FT, Wortsman et al. 2022), which often holds
+    up better on data unlike the fine-tuning's than either end. ValueError unless both have the same
+    tensors and shapes."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"the averaging weight must be in [0, 1], got {weight}")
+    if run.keys() != other.keys():
+        only = sorted(run.keys() ^ other.keys())[:3]
+        raise ValueError(f"cannot average checkpoints of different models: tensors {only} are in one only")
+    for name, tensor in run.items():
+        if tensor.shape != other[name].shape:
+            raise ValueError(f"cannot average checkpoints of different models: {name} is "
+                             f"{tuple(tensor.shape)} in one and {tuple(other[name].shape)} in the other")
+    return {name: (weight * tensor.float() + (1.0 - weight) * other[name].float()).contiguous()
+            for name, tensor in run.items()}
 
 
 def to_shipped_dtype(name: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -141,6 +168,12 @@ def model_card(title: str, meta: dict[str, Any], run_dir: Path | None, out: Path
     if record and not math.isnan(record["val_loss"]):
         lines.append(f"- Validation loss (crops, nats per token): {record['val_loss']:.3f} at step "
                      f"{record['val_step']:,}.")
+    averaged = meta.get("averaged_with")
+    if averaged:
+        weight = averaged["weight_of_this_run"]
+        lines.append(f"- Weights: {weight:g} x this run's + {1 - weight:g} x those of `{averaged['checkpoint']}` "
+                     f"(step {averaged['step']:,}), averaged at export (WiSE-FT); the validation loss above is "
+                     "the run's own.")
     lines.append(f"- Files: `model.safetensors` ({size:.1f} MiB; weight matrices in bfloat16) and `meta.json` "
                  "(resolved config, tokenizer vocabulary, step); no optimizer state (fine-tune with "
                  "`train.py --init-from`).")

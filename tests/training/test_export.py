@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -13,7 +15,7 @@ from apps.export import main
 from remi import REMITokenizer
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.config import RunConfig, apply_overrides
-from training.export import trained_on, training_record
+from training.export import averaged_weights, trained_on, training_record
 from model import MusicPerformer
 
 TINY = ["model.n_layer=2", "model.n_head=2", "model.d_model=32", "model.d_ff=64", "model.dropout=0.0",
@@ -115,3 +117,33 @@ def test_card_names_the_device_trained_on():
     assert trained_on({"extra": {}, "config": {"train": {"device": "cpu"}}}, 3) == ", the last on CPU"
     assert trained_on({"config": {"train": {"device": "cuda"}}}, 1) == ", on a GPU"
     assert trained_on({"config": {"train": {"device": "auto"}}}, 1) == ""
+
+
+def test_averaged_export_ships_the_weighted_mean_of_two_checkpoints(tmp_path, capsys):
+    first = write_run(tmp_path / "start", [])
+    torch.manual_seed(1)
+    tuned = write_run(tmp_path / "run", [])  # another initialisation: every tensor differs
+    out = tmp_path / "shipped"
+    assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(out), "--title", "t", "--fp32",
+                 "--average-with", str(tmp_path / "start"), "--average-weight", "0.25"]) == 0
+    weights = load_file(str(out / "model.safetensors"))
+    start, run = first.state_dict(), tuned.state_dict()
+    for name, tensor in weights.items():
+        assert torch.allclose(tensor, 0.25 * run[name] + 0.75 * start[name], atol=1e-6), name
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["averaged_with"] == {"checkpoint": str(tmp_path / "start"), "step": 5, "weight_of_this_run": 0.25}
+    assert "0.25 x this run's + 0.75 x those of" in (out / "README.md").read_text()
+    load_checkpoint(out)  # the averaged folder loads like any checkpoint
+
+    assert main(["--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "o2"), "--title", "t",
+                 "--average-with", str(tmp_path / "start"), "--average-weight", "1.5"]) == 2
+    assert "must be in [0, 1]" in capsys.readouterr().err
+
+
+def test_averaging_refuses_checkpoints_of_different_models():
+    one = {"a": torch.zeros(2, 3), "b": torch.zeros(3)}
+    assert averaged_weights(one, {"a": torch.ones(2, 3), "b": torch.ones(3)}, 0.5)["a"].eq(0.5).all()
+    for other, message in (({"a": torch.zeros(2, 3)}, "in one only"),
+                           ({"a": torch.zeros(3, 2), "b": torch.zeros(3)}, "(2, 3) in one and (3, 2)")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            averaged_weights(one, other, 0.5)
