@@ -76,6 +76,8 @@ def build(base: str | Path, real: str | Path, out: str | Path, fold: int | None 
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     if not real.is_dir():
         raise FileNotFoundError(f"{real}: no such folder of real band songs")
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} is not empty (links of another fold would stay): remove it or choose another --out")
     splits = list_splits(base)
     full, partial, left_out = real_songs(real)
     if not full:

@@ -56,6 +56,14 @@ def test_without_a_fold_every_song_trains_and_the_base_test_stays(folders, tmp_p
     assert [p.name for p in list_splits(tmp_path / "out")["test"]] == ["piece_test.mid"]
 
 
+def test_a_folder_already_built_is_not_overwritten(folders, tmp_path):
+    base, real = folders
+    build(base, real, tmp_path / "out", fold=0, repeat=1)
+    with pytest.raises(ValueError, match="not empty"):
+        build(base, real, tmp_path / "out", fold=1, repeat=1)
+    assert json.loads((tmp_path / "out" / "real_songs.json").read_text())["fold"] == 0
+
+
 def test_folds_cover_every_song_once_with_balanced_sizes():
     names = [f"s{i}" for i in range(7)]
     folds = deal_folds(names, 3, seed=4)
