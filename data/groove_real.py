@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from groove.dataset import list_splits
-from groove.roles import band_problem
-from tokenization import TokenizationError, declared_meters, load_midi, midi_files
+from groove.roles import band_problem, meter_problem
+from tokenization import TokenizationError, load_midi, midi_files
 
 
 def real_songs(folder: Path) -> tuple[list[str], list[str], dict[str, str]]:
@@ -41,11 +41,11 @@ def real_songs(folder: Path) -> tuple[list[str], list[str], dict[str, str]]:
         except TokenizationError as error:
             left_out[name] = error.reason
             continue
-        problem = band_problem(midi, name)
-        if problem is None:
+        meter = meter_problem(midi)
+        if meter:
+            left_out[name] = meter
+        elif band_problem(midi, name) is None:
             full.append(name)
-        elif any(m != "4/4" for m in declared_meters(midi)):
-            left_out[name] = problem
         else:
             partial.append(name)
     return full, partial, left_out
@@ -59,8 +59,6 @@ def deal_folds(names: list[str], folds: int, seed: int) -> list[list[str]]:
 
 def _link(target: Path, link: Path) -> None:
     link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() or link.exists():
-        link.unlink()
     os.symlink(os.path.relpath(target.resolve(), link.parent.resolve()), link)
 
 

@@ -111,12 +111,18 @@ def piece_from_midi(midi: miditoolkit.MidiFile, name: str) -> GroovePiece:
     )
 
 
+def meter_problem(midi: miditoolkit.MidiFile) -> str | None:
+    """The first meter ``midi`` declares other than 4/4, the format's only one, in words; None if none."""
+    meters = [m for m in declared_meters(midi) if m != "4/4"]
+    return f"meter {meters[0]} (the groove format is 4/4)" if meters else None
+
+
 def band_problem(midi: miditoolkit.MidiFile, name: str) -> str | None:
     """Why ``midi`` is not a full band piece for the format (a meter other than 4/4, or a role with no
     track), or None when it is one."""
-    meters = [m for m in declared_meters(midi) if m != "4/4"]
-    if meters:
-        return f"meter {meters[0]} (the groove format is 4/4)"
+    meter = meter_problem(midi)
+    if meter:
+        return meter
     missing = [role for role, notes in zip(TRACKS, piece_from_midi(midi, name).tracks()) if not notes]
     if missing:
         return "no " + " and no ".join(missing) + " track"
