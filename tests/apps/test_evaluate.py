@@ -320,7 +320,8 @@ SHARED_POP909 = Path(__file__).resolve().parents[2].parent / "shared" / "data" /
 
 
 @pytest.mark.skipif(not (SHARED_POP909.parent / "pop909_structure").is_dir(),
-                    reason=f"needs the shared POP909 songs and their phrase labels in {SHARED_POP909.parent} (absent here)")
+                    reason=f"needs the shared POP909 songs and their phrase labels in {SHARED_POP909.parent} "
+                           "(absent here)")
 def test_form_measures_labelled_held_out_songs_and_pieces_with_their_forms(tmp_path):
     from data.build import build_corpus
     from cli_helpers import save_tiny

@@ -100,7 +100,8 @@ def test_a_continuation_is_written_into_the_prompts_own_file(remi_run, remi, cho
     for mine, theirs in zip(own.tracks, original.tracks):  # the prompt's bars are all there, at their ticks
         before = Counter(e for e in absolute_strings(theirs) if e[0] < bar_line - original.ticks_per_beat // 8)
         assert before <= Counter(absolute_strings(mine))
-    assert [m for m in own.tracks[0] if m.type == "set_tempo"] == [m for m in original.tracks[0] if m.type == "set_tempo"]
+    tempos = [m for m in own.tracks[0] if m.type == "set_tempo"]
+    assert tempos == [m for m in original.tracks[0] if m.type == "set_tempo"]
     assert main(args + ["--out", str(tmp_path / "tokens.mid"), "--render", "tokens"]) == 0
     decoded = remi.decode(remi.strings_to_ids(read_tokens(tmp_path / "tokens.txt")))
     assert len(miditoolkit.MidiFile(str(tmp_path / "tokens.mid")).instruments) == len(decoded.instruments) == 1
@@ -117,7 +118,8 @@ def test_a_whole_song_is_continued_after_its_end(remi_run, remi, chorale_midi, t
     whole = remi.tokens_to_strings([i for i in remi.encode(chorale_midi) if i != remi.eos_id])
     tokens = read_tokens(tmp_path / "whole.txt")
     assert len(whole) > 200 and tokens[:len(whole)] == whole and len(whole) < len(tokens) <= len(whole) + 12
-    for mine, theirs in zip(mido.MidiFile(out).tracks, mido.MidiFile(chorale_midi).tracks):  # all of the song, as it was
+    # all of the song, as it was
+    for mine, theirs in zip(mido.MidiFile(out).tracks, mido.MidiFile(chorale_midi).tracks):
         assert Counter(absolute_strings(theirs)) - Counter(absolute_strings(mine)) <= \
             Counter(e for e in absolute_strings(theirs) if e[1] == "MetaMessage('end_of_track', time=0)")
 
@@ -238,7 +240,8 @@ def test_a_form_continues_a_prompt_and_its_chords_follow_the_labels(remi, choral
     ids = remi.encode(chorale_midi)
     prompt = remi.tokens_to_strings(ids[:remi.bar_starts(ids)[1]])
     assert tokens[:len(prompt)] == prompt  # the prompt is the form's first bar
-    assert tokens[len(prompt):] == [t for chord in ("F_M", "G_M", "C_M") for t in ("Bar_None", "Beat_0", f"Chord_{chord}")]
+    expected = [t for chord in ("F_M", "G_M", "C_M") for t in ("Bar_None", "Beat_0", f"Chord_{chord}")]
+    assert tokens[len(prompt):] == expected
 
 
 def test_bars_limit_the_new_bars(remi, chorale_midi, tmp_path):
@@ -300,7 +303,8 @@ def test_hold_bars_sets_the_sampling_grammars_hold_limit(tmp_path, monkeypatch):
     groove = {"format": "groove", "kind": "trio"}
     free = save_tiny(tmp_path / "free", GrooveTokenizer(), data=groove)
     held = save_tiny(tmp_path / "held", GrooveTokenizer(), data=groove, generate={"hold_bars": 2})
-    for run, hold, bars in ((free, [], None), (free, ["--hold-bars", "3"], 3), (held, [], 2), (held, ["--hold-bars", "0"], None)):
+    cases = ((free, [], None), (free, ["--hold-bars", "3"], 3), (held, [], 2), (held, ["--hold-bars", "0"], None))
+    for run, hold, bars in cases:
         limits.clear()
         assert main(["--checkpoint", str(run), "--out", str(tmp_path / "held.mid"), "--tokens", "40",
                      "--no-audio", "--no-progress"] + hold) == 0
@@ -440,7 +444,8 @@ def test_bad_input_fails_with_one_line_and_no_output(case, remi_run, remi, chora
                  "form_shorter_than_prompt": ["--form", "A1", "--prompt", str(chorale_midi), "--prompt-bars", "2"],
                  }.get(case, ["--form", "A4 B4"])
         if case == "form_of_groove":
-            args[1] = str(save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"}))
+            run = save_tiny(tmp_path / "groove_run", GrooveTokenizer(), data={"format": "groove", "kind": "trio"})
+            args[1] = str(run)
     elif case == "chords_midi_alone":
         args += ["--chords-midi", str(chorale_midi)]
     elif case.startswith("infill") or case == "bad_infill_range":

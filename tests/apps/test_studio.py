@@ -101,7 +101,8 @@ def test_a_whole_uploaded_song_is_continued_after_its_end(tmp_path, chorale_midi
     view = session.generate(page_request(str(run), str(chorale_midi), 2, 6, "tokens", 1.0, 0.9, 0, 1, True,
                                          render="tokens"))
     assert len(mido.MidiFile(view.samples[0].midi).tracks) < len(theirs.tracks)  # the decoded tokens: one piano track
-    with pytest.raises(StudioError, match=r"the prompt .* has \d+ bars, fewer than the 40 asked"):  # as generate.py says
+    # as generate.py says
+    with pytest.raises(StudioError, match=r"the prompt .* has \d+ bars, fewer than the 40 asked"):
         session.generate(page_request(str(run), str(chorale_midi), 40, 6, "tokens", 1.0, 0.9, 0, 1))
     with pytest.raises(StudioError, match="render must be one of file, tokens"):
         session.generate(page_request(str(run), str(chorale_midi), 2, 6, "tokens", 1.0, 0.9, 0, 1, render="wav"))
@@ -165,7 +166,8 @@ def test_infill_rewrites_the_bars_typed_and_keeps_the_rest(tmp_path, chorale_mid
         assert all(any(t.startswith("Note_Pitch") for t in bar)
                    for bar in " ".join(middle).split("Bar_None")[1:] for bar in [bar.split()])
         written = mido.MidiFile(sample.midi)  # the uploaded file, its tempo and tracks as they were
-        assert [m for m in written.tracks[0] if m.is_meta] == [m for m in mido.MidiFile(chorale_midi).tracks[0] if m.is_meta]
+        metas = [m for m in mido.MidiFile(chorale_midi).tracks[0] if m.is_meta]
+        assert [m for m in written.tracks[0] if m.is_meta] == metas
     with pytest.raises(StudioError, match="cannot be continued|keeps the rest"):
         session.continue_(2, "bars")
     with pytest.raises(StudioError, match="the song has"):

@@ -63,7 +63,8 @@ def test_an_annotation_is_placed_in_bars_by_its_longest_chord():
 POP909 = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
-@pytest.mark.skipif(not (POP909 / "pop909_annotations").is_dir(), reason=f"needs POP909 and its annotations in {POP909} (absent here)")
+@pytest.mark.skipif(not (POP909 / "pop909_annotations").is_dir(),
+                    reason=f"needs POP909 and its annotations in {POP909} (absent here)")
 def test_pop909_annotations_agree_with_the_chords_recognised_from_the_notes():
     """Placed by the MIDI's tempo map, the annotation's chords are those the tokenizer recognises in the
     same bars (chorder on the notes) for most bars of real songs."""
@@ -98,7 +99,8 @@ def tiny_remi():
 def test_every_steered_bar_opens_on_its_chord(tiny_remi, seed):
     tokenizer, model = tiny_remi
     chords = parse_progression("C Am N G7 Ebdim7")
-    result = generate(model, tokenizer, start_ids(tokenizer), 600, SamplingConfig(), torch.Generator().manual_seed(seed),
+    result = generate(model, tokenizer, start_ids(tokenizer), 600, SamplingConfig(),
+                      torch.Generator().manual_seed(seed),
                       stop=bar_stop(tokenizer, 0, len(chords), every=1), steer=ChordSteer(tokenizer, chords, 0))
     strings = tokenizer.tokens_to_strings(result.tokens)
     bars = [i for i, t in enumerate(strings) if t == "Bar_None"]

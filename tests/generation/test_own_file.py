@@ -29,7 +29,8 @@ def song(path: Path, pickup: bool = False) -> Path:
     bars 3 and 5."""
     conductor = [(0, mido.MetaMessage("time_signature", numerator=4, denominator=4)),
                  (0, mido.MetaMessage("set_tempo", tempo=500000)), (0, mido.MetaMessage("key_signature", key="C")),
-                 (2 * BAR, mido.MetaMessage("marker", text="verse")), (3 * BAR, mido.MetaMessage("set_tempo", tempo=420000)),
+                 (2 * BAR, mido.MetaMessage("marker", text="verse")),
+                 (3 * BAR, mido.MetaMessage("set_tempo", tempo=420000)),
                  (5 * BAR, mido.MetaMessage("marker", text="chorus"))]
     piano = [(0, mido.Message("program_change", channel=0, program=4))]
     bass, drums = [], []
@@ -86,7 +87,8 @@ def notes(midi: mido.MidiFile) -> list[tuple[int, int, int, int, int]]:
 def test_a_continuation_changes_only_the_generated_bars(remi, tmp_path, pickup):
     path = song(tmp_path / "song.mid", pickup)
     own = OwnFile.of(remi, path)
-    assert own.origin == (0.0 if pickup else 4.0)  # a silent bar 0 is not encoded: the decoded beat 0 is the file's beat 4
+    # a silent bar 0 is not encoded: the decoded beat 0 is the file's beat 4
+    assert own.origin == (0.0 if pickup else 4.0)
     ids = [i for i in remi.encode(path) if i != remi.eos_id]
     starts = remi.bar_starts(ids)  # the file's bars 0 (the pickup's) or 1 to 8
     first = 3 if pickup else 2  # the generated bars are the file's bars 3 and 4
@@ -103,7 +105,8 @@ def test_a_continuation_changes_only_the_generated_bars(remi, tmp_path, pickup):
     assert placed.removed == len(taken) == 10  # 8 piano notes (one played early), 2 bass notes
     gone = Counter()
     for track, channel, on, off, pitch in taken:
-        gone[track, on, str(mido.Message("note_on", channel=channel, note=pitch, velocity=70 if channel == 0 else 80))] += 1
+        velocity = 70 if channel == 0 else 80
+        gone[track, on, str(mido.Message("note_on", channel=channel, note=pitch, velocity=velocity))] += 1
         gone[track, off, str(mido.Message("note_off", channel=channel, note=pitch, velocity=0))] += 1
     written = messages(placed.midi)
     assert messages(original) - gone <= written  # every other message, at its tick, in its track

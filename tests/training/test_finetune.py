@@ -70,7 +70,8 @@ def test_finetune_two_steps_from_the_shipped_model(midi_dir, tmp_path, monkeypat
     resolved = meta["config"]["model"]
     assert {key: resolved[key] for key in model_section} == model_section
     # fields ModelConfig gained after the model shipped take their defaults
-    assert all(resolved[key] == ModelConfig.__dataclass_fields__[key].default for key in set(resolved) - set(model_section))
+    defaults = ModelConfig.__dataclass_fields__
+    assert all(resolved[key] == defaults[key].default for key in set(resolved) - set(model_section))
     assert meta["config"]["data"]["source"] == str(midi_dir)
     # the source's tokenizer: same kind and vocabulary; its settings kept (newer settings at defaults)
     assert {k: v for k, v in meta["tokenizer"].items() if k != "config"} == \
