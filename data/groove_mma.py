@@ -28,18 +28,7 @@ pattern) into one accompaniment track with the program of its largest member, na
 ("BB Piano", "BB Guitar", "BB Strings"...); Solo, Melody and Aria are dropped. Notes are clipped to the
 chart's end; a rendition missing a role is skipped (counted).
 
-**Styles** (``DEFAULT_STYLES``, 30 4/4 grooves of MMA 21.09's stdlib, each rendered once before a build to
-check that it gives drums, bass and an accompaniment): rock 50sRock, 60sRock, SoftRock, FolkRock, BasicRock;
-pop 8Beat, PopBallad, RockBallad, Ballad; funk / soul BVFunk, DSoul; latin BossaNova, Samba, Salsa, Rhumba,
-ChaCha, Mambo, Merengue, Tango; jazz Swing, JazzCombo, BigBand, ModernJazz; country CountrySwing, BlueGrass;
-caribbean Ska, Calypso (MMA has no reggae groove); disco BoneyM; blues Blues, ShuffleBoggie.
-``WIDE_STYLES`` (``--style-set wide``, 76) adds rock / pop JazzRock, BubbleRock, Twist, Rock128; funk / soul
-Strut, LFusion; electronic Trance; ballads GuitarBallad, PianoBallad, Ballad128; blues CountryBlues, SlowBlues,
-FastBlues, Blues128; country / folk HillCountry, Folk, WesternSwing, SlowCountry, Zydeco; jazz and swing
-EasySwing, FastSwing, Bebop, Dixie, Charleston, Jive, NiteJazz, MellowJazz, SlowJazz, SoftShoe, Foxtrot,
-QuickStep, Broadway; latin Beguine, Bolero, SlowBolero, Son, LightTango; Desert; and the variations 8BeatPlus,
-SoftRockSus, PopBalladPlus, BossaNovaPlus, SwingPlus, FolkRockPlus, BasicRockSus, 60sRockSus (Plus: an added
-arpeggio or solo line; Sus: sustained strings).
+**Styles and programs** are ``data.mma_styles``'s (``--style-set``: the default 30 grooves or the wide 76).
 
 **Layout:** Groove2Groove's ``out_dir/{train,val,test}/<song>_<chart>.<style>.mid``, split by source song from
 its number (n % 10 == 8 val, 9 test, else train), so no song is in two splits; ``out_dir/corpus.json``
@@ -69,6 +58,7 @@ import miditoolkit
 import numpy as np
 from tqdm.auto import tqdm
 
+from data.mma_styles import DEFAULT_STYLES, GM_FAMILIES, LEAD_PROGRAMS, PIANO_PROGRAMS, STYLE_SETS
 from data.pop909_charts import (BEATS_PER_BAR, CHART_BARS, TEMPO_RANGE, BeatNote, Chart, Chord, Skipped, chart_melody,
                                 PIANO_TRACK, chart_song, load_song)
 from groove.dataset import SPLITS
@@ -78,32 +68,11 @@ logger = logging.getLogger("data.groove_mma")  # also when run with -m
 
 DEFAULT_ANNOTATIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pop909_annotations"
 DEFAULT_MELODIES = DEFAULT_ANNOTATIONS.parent / "pop909"  # POP909's MIDI files, for the lead melodies
-LEAD_PROGRAMS = (0, 11, 16, 24, 26, 29, 40, 56, 65, 66, 71, 73, 80, 81)  # GM programs a lead is drawn from:
-# piano, vibraphone, organ, nylon and jazz guitar, overdriven guitar, violin, trumpet, alto and tenor sax,
-# clarinet, flute, square and saw leads
-PIANO_PROGRAMS = (0, 1, 2, 4, 5, 6, 16, 17, 24, 25, 26, 27)  # pianos, electric pianos, clavinet, organs, guitars
 PIANO_LOW = 48  # the piano part's notes below C3 (its left hand's bass) are left out: the bass role plays there
-DEFAULT_STYLES = (
-    "50sRock", "60sRock", "SoftRock", "FolkRock", "BasicRock", "8Beat", "PopBallad", "RockBallad", "Ballad",
-    "BVFunk", "DSoul", "BossaNova", "Samba", "Salsa", "Rhumba", "ChaCha", "Mambo", "Merengue", "Tango",
-    "Swing", "JazzCombo", "BigBand", "ModernJazz", "CountrySwing", "BlueGrass", "Ska", "Calypso", "BoneyM",
-    "Blues", "ShuffleBoggie",
-)
-WIDE_STYLES = DEFAULT_STYLES + (  # 38 more 4/4 grooves, and 8 variations of default ones (Plus, Sus)
-    "JazzRock", "LFusion", "Strut", "Twist", "Jive", "Zydeco", "Trance", "BubbleRock", "CountryBlues", "SlowBlues",
-    "FastBlues", "HillCountry", "Folk", "GuitarBallad", "PianoBallad", "EasySwing", "FastSwing", "Bebop", "Dixie",
-    "Charleston", "Beguine", "Bolero", "Son", "SoftShoe", "Foxtrot", "QuickStep", "NiteJazz", "MellowJazz", "SlowJazz",
-    "WesternSwing", "SlowCountry", "LightTango", "Rock128", "Blues128", "Ballad128", "SlowBolero", "Broadway",
-    "Desert", "8BeatPlus", "SoftRockSus", "PopBalladPlus", "BossaNovaPlus", "SwingPlus", "FolkRockPlus",
-    "BasicRockSus", "60sRockSus",
-)
-STYLE_SETS = {"default": DEFAULT_STYLES, "wide": WIDE_STYLES}  # --style-set
 TRANSPOSITIONS = (-5, 6)  # lowest and highest transposition drawn, semitones
 MMA_TIMEOUT_S = 120  # per rendition
 ARTICULATION_MAX = 200  # highest Articulate percentage accepted (legato beyond 100)
 ACCOMPANIMENT_TYPES = ("chord", "arpeggio", "plectrum", "scale")  # MMA track types merged into the accompaniment
-GM_FAMILIES = ("Piano", "Chromatic", "Organ", "Guitar", "Keys", "Strings", "Ensemble", "Brass", "Reed", "Pipe",
-               "Lead", "Pad", "Effects", "Ethnic", "Tuned", "Sounds")  # name per program // 8, no drum word
 
 
 @dataclass

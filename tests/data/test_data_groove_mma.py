@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import data.groove_mma as gm
+import data.mma_styles as styles
 from data.pop909_charts import ROOT_NAMES, Chart, Chord, chart_melody, chart_song, load_song
 from groove import GrooveTokenizer
 from groove.dataset import SPLITS, list_splits, style_of
@@ -63,8 +64,9 @@ def test_articulation_follows_the_groove_line():
 
 
 def test_style_sets():
-    assert gm.STYLE_SETS["default"] == gm.DEFAULT_STYLES and len(gm.DEFAULT_STYLES) == 30
-    assert gm.WIDE_STYLES[:30] == gm.DEFAULT_STYLES and len(set(gm.WIDE_STYLES)) == len(gm.WIDE_STYLES) == 76
+    assert styles.STYLE_SETS["default"] == styles.DEFAULT_STYLES and len(styles.DEFAULT_STYLES) == 30
+    wide = styles.WIDE_STYLES
+    assert wide[:30] == styles.DEFAULT_STYLES and len(set(wide)) == len(wide) == 76
 
 
 def test_missing_mma_and_annotations_are_one_line_errors(tmp_path, monkeypatch, capsys):
@@ -201,7 +203,7 @@ def test_a_lead_rendition_plays_the_songs_melody_over_the_band(tiny_corpus, melo
     melody = chart_melody(chart, miditoolkit.MidiFile(str(melodies / f"{SONGS[0]}.mid")))
     tokenizer = GrooveTokenizer()
     for piece in led.pieces:
-        assert piece.lead in gm.LEAD_PROGRAMS
+        assert piece.lead in styles.LEAD_PROGRAMS
         bass, drums, acc = tokenizer.parse(tmp_path / piece.path).tracks()
         assert bass and drums  # MMA's rhythm section stays
         expected = {(round(start * TICKS_PER_BEAT), pitch + piece.transposition) for start, _, pitch in melody}
@@ -223,7 +225,7 @@ def test_a_piano_rendition_plays_the_songs_piano_part_above_the_bass(tiny_corpus
     assert 0 < len(kept) < len(part)  # the left hand's low notes are left to the bass
     tokenizer = GrooveTokenizer()
     for piece in keyed.pieces:
-        assert piece.piano in gm.PIANO_PROGRAMS and piece.lead is None
+        assert piece.piano in styles.PIANO_PROGRAMS and piece.lead is None
         bass, drums, acc = tokenizer.parse(tmp_path / piece.path).tracks()
         assert bass and drums
         expected = {(round(start * TICKS_PER_BEAT), pitch + piece.transposition) for start, pitch in kept}
