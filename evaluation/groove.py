@@ -53,12 +53,37 @@ class Continued:
     ended: bool  # it ended (End token) before the length asked
     notes: int  # notes that start after the prompt
     long_notes: int  # of them, those held longer than LONG_BARS bars (drones)
+    restruck: int  # of them, those in a same-pitch chain without a rest lasting over LONG_BARS bars
     # per pitched role: onsets of the new notes (on a beat, on an off-beat eighth, elsewhere)
     onsets: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 LONG_BARS = 2  # a note held longer than this many 4/4 bars counts as a drone
 PITCHED = tuple(role for role in TRACKS if role != "drums")  # the roles the style profiles read
+
+
+def restruck_drones(notes: Sequence[Any]) -> int:
+    """How many notes belong to a drone that is re-struck rather than held: a chain of at least two notes
+    of one pitch on one track, each after a note of a bar or more and starting before or as it ends (no
+    rest), lasting longer than LONG_BARS 4/4 bars. A hold limit closes a note, not the chain a sampler
+    restarts at once; repeated short notes (a pumping bass) never chain, and a single long note is a
+    `long_notes` drone instead."""
+    by_key: dict[tuple[str, int], list[Any]] = {}
+    for note in notes:
+        by_key.setdefault((note.track, note.pitch), []).append(note)
+    count = 0
+    for chain in by_key.values():
+        chain.sort(key=lambda n: n.start)
+        start, end, last, members = chain[0].start, chain[0].end, chain[0], 1
+        for note in chain[1:] + [None]:  # times in beats of 4/4 bars
+            if note is not None and note.start <= end + 1e-6 and last.end - last.start >= 4 - 1e-6:
+                end, last, members = max(end, note.end), note, members + 1
+                continue
+            if members > 1 and end - start > 4 * LONG_BARS + 1e-6:
+                count += members
+            if note is not None:
+                start, end, last, members = note.start, note.end, note, 1
+    return count
 
 
 def onset_places(starts: Sequence[float]) -> tuple[int, int, int]:
@@ -200,21 +225,24 @@ def continuation_of(label: str, name: str, tokenizer: BaseTokenizer, tokens: lis
     ended = bool(tokens) and tokens[-1] == tokenizer.eos_id and len(tokens) < total
     onsets = {role: onset_places([n.start for n in notes if n.track == role]) for role in PITCHED}
     return Continued(label, name, len(tokens) - prompt_len, total - prompt_len, ended, len(notes), long_notes,
-                     onsets)
+                     restruck_drones(notes), onsets)
 
 
 def continued_markdown(continued: Sequence[Continued]) -> str:
     """Per model: the continuations that ran to the length asked (none ended early; the decoder drops
     the tokens of an event left unfinished at the budget), their length, and the share of drones."""
     lines = ["| model | pieces | ran to the length asked | new tokens (mean of asked) "
-             f"| notes held over {LONG_BARS} bars |", "|---|---:|---:|---:|---:|"]
+             f"| notes held over {LONG_BARS} bars | notes re-struck over {LONG_BARS} bars without a rest |",
+             "|---|---:|---:|---:|---:|---:|"]
     for model in dict.fromkeys(c.model for c in continued):
         mine = [c for c in continued if c.model == model]
         ran = sum(not c.ended for c in mine)
         share = np.mean([c.new_tokens / max(1, c.asked) for c in mine])
         notes, long_notes = sum(c.notes for c in mine), sum(c.long_notes for c in mine)
+        restruck = sum(c.restruck for c in mine)
         lines.append(f"| {model} | {len(mine)} | {ran} ({ran / len(mine):.0%}) | {share:.0%} "
-                     f"| {long_notes} of {notes} ({long_notes / max(1, notes):.1%}) |")
+                     f"| {long_notes} of {notes} ({long_notes / max(1, notes):.1%}) "
+                     f"| {restruck} ({restruck / max(1, notes):.1%}) |")
     return "\n".join(lines) + "\n\n" + rhythm_markdown(continued)
 
 
