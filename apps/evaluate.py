@@ -90,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="forbid the End token: every continuation runs to --tokens; --no-full-length lets "
                              "it end (default: the model's, as generate.py)")
     groove.add_argument("--hold-bars", type=int, default=None,
-                        help="sampling closes any note held this many bars, 0 for no limit (default: the "
-                             "model's, as generate.py)")
+                        help="sampling closes any note held this many bars (its pitch then rests a bar), 0 for "
+                             "no limit (default: the model's, as generate.py)")
     groove.add_argument("--roles", action="store_true",
                         help="also score bass, drums and accompaniment each alone (metric:role rows)")
 

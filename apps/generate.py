@@ -85,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="--end lets the model end the piece before --tokens (or --bars), --no-end never does "
                              "(default: the model's; the shipped groove model writes all it is asked)")
     parser.add_argument("--hold-bars", type=int, default=None,
-                        help="groove models: close any note held this many bars, 0 for no limit (default: the "
-                             "model's)")
+                        help="groove models: close any note held this many bars (its pitch then rests a bar), "
+                             "0 for no limit (default: the model's)")
     recall_argument(parser)
     parser.add_argument("--num-samples", type=int, default=1,
                         help="samples drawn in one batched decoding (default: %(default)s)")

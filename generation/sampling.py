@@ -127,7 +127,7 @@ class SamplingConfig:
     temperature: float = 1.2  # logits are divided by this before the softmax (> 0)
     constrained: bool = True  # mask the tokens the tokenizer's grammar forbids
     nucleus: str = "token"  # "token": one top_p cut over the vocabulary; "type": one per token type
-    hold_bars: int | None = None  # groove formats: close any note held this many bars; None/0: no limit
+    hold_bars: int | None = None  # groove formats: close any note held this many bars (then rests a bar); None/0: none
     recall: RecallConfig | None = None  # copy cache mixed into the model's distribution (None: off)
     end_bias: float = 0.0  # added to the End token's logit (after recall, before temperature)
     end_ramp: float = 0.0  # added to it too, per bar line the piece holds so far (prompt included)

@@ -14,8 +14,10 @@ invalid when it is (``GrooveConstraintState`` implements the ``tokenization.Cons
 With ``hold_limit`` (ticks; off by default), ``allowed`` also applies a sampling policy that ``accepts``
 (validity, decoding, prompts) does not: no note is held longer than that. A time shift past the deadline
 of the earliest sounding note is masked, and once a note reaches its deadline only the NoteOffs of such
-notes remain. It is for a model that leaves notes sounding for dozens of bars (a sounding pitch cannot be
-struck again on its track); ``GrooveTokenizer.constraint_state(hold_bars)`` turns it on for sampling
+notes remain. A note closed at the limit then rests: its pitch cannot be struck again on its track for
+``HOLD_REST`` ticks (a bar), so the drone is not restarted at once as a chain of limit-long notes. It is for
+a model that leaves notes sounding for dozens of bars (a sounding pitch cannot be struck again on its
+track); ``GrooveTokenizer.constraint_state(hold_bars)`` turns it on for sampling
 (``generation.sampling.SamplingConfig.hold_bars``, ``--hold-bars``).
 """
 
@@ -29,6 +31,8 @@ import numpy as np
 from groove.roles import TICKS_PER_BAR, TICKS_PER_BEAT
 from groove.vocab import NOTE_OFF, NOTE_ON, TIME_SHIFT, GrooveTokenTable, shift_target
 from tokenization import ConstraintState
+
+HOLD_REST = TICKS_PER_BAR  # ticks a pitch closed at the hold limit rests on its track before it may sound again
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class GrooveConstraintState(ConstraintState):
         self.hold_limit = hold_limit  # ticks a note may sound in sampled sequences (None: no limit)
         self.time = 0  # current tick (12 per beat)
         self.sounding: dict[tuple[int, int], int] = {}  # (track, pitch) -> onset tick
+        self.resting: dict[tuple[int, int], int] = {}  # (track, pitch) closed at the hold limit -> tick it may sound
         self.length = 0  # tokens consumed so far
         self.ended = False  # End_None has been consumed
         self._shift_masks = self._build_shift_masks(table)
@@ -81,6 +86,9 @@ class GrooveConstraintState(ConstraintState):
         for (track, pitch), onset in self.sounding.items():
             mask[table.note_on[track, pitch]] = False
             mask[table.note_off[track, pitch]] = onset < self.time
+        for (track, pitch), until in self.resting.items():
+            if self.time < until:
+                mask[table.note_on[track, pitch]] = False
         if self.hold_limit is not None and self.sounding:
             self._limit_holds(mask)
         return mask
@@ -132,11 +140,16 @@ class GrooveConstraintState(ConstraintState):
             self.ended = True
         elif kind == TIME_SHIFT:
             self.time = shift_target(self.time, int(table.beats[idx]), int(table.offset[idx]))
+            if self.resting:
+                self.resting = {key: until for key, until in self.resting.items() if until > self.time}
         elif kind == NOTE_ON:
             self.sounding[(int(table.track[idx]), int(table.pitch[idx]))] = self.time
         elif kind == NOTE_OFF:
             track, pitch = int(table.track[idx]), int(table.pitch[idx])
-            return ClosedNote(track, pitch, self.sounding.pop((track, pitch)), self.time)
+            onset = self.sounding.pop((track, pitch))
+            if self.hold_limit is not None and self.time - onset >= self.hold_limit:
+                self.resting[(track, pitch)] = self.time + HOLD_REST
+            return ClosedNote(track, pitch, onset, self.time)
         return None
 
     def next_bar_time(self) -> Fraction:

@@ -175,7 +175,8 @@ class GenerateConfig:
     prompt_bars: int = 0  # bars of a held-out piece used as the prompt (0: start from scratch)
     seed: int = 0  # seed of the sampling (0 .. 2**64 - 1, torch.Generator's range)
     end: bool = True  # the model may end a piece (End token) before the budget; False: it writes all it is asked
-    hold_bars: Optional[int] = None  # groove formats: sampling closes any note held this many bars (None: no limit)
+    hold_bars: Optional[int] = None  # groove formats: sampling closes any note held this many bars, and its pitch
+    # rests a bar on its track before it sounds again (None: no limit)
     recall_weights: Optional[tuple[float, ...]] = None  # copy weight per recall order (generation.recall;
     # None: no recall; fitted on held-out pieces by `python -m bench.recall --write`)
     recall_orders: tuple[int, ...] = ORDERS  # key lengths of the recall's copy cache, increasing

@@ -117,3 +117,24 @@ def test_hold_limit_closes_long_notes_in_sampling_only(tok):
     for token in ["Start_None", "NoteOn_bass:40"] + ["TimeShift_2:00"] * 5:
         free.advance(ids[token])
     assert free.allowed()[ids["TimeShift_2:00"]]
+
+
+def test_a_note_closed_at_the_hold_limit_rests_a_bar_before_it_sounds_again(tok):
+    ids = tok.vocab.ids
+    state = GrooveConstraintState(tok.table, hold_limit=8 * TICKS_PER_BEAT)
+    for token in ["Start_None", "NoteOn_bass:40", "NoteOn_bass:43", "TimeShift_1:00", "NoteOff_bass:43",
+                  "TimeShift_2:00", "TimeShift_2:00", "TimeShift_2:00", "TimeShift_1:00", "NoteOff_bass:40"]:
+        state.advance(ids[token])  # 40 closed at the limit (8 beats), 43 by the model after a beat
+    mask = state.allowed()
+    assert not mask[ids["NoteOn_bass:40"]] and mask[ids["NoteOn_bass:43"]]  # only the drone rests
+    assert mask[ids["NoteOn_accompaniment:40"]] and mask[ids["NoteOn_bass:41"]]  # on its own track and pitch
+    assert state.accepts(ids["NoteOn_bass:40"])  # still valid: decoding and prompts are unaffected
+    state.advance(ids["TimeShift_2:00"])
+    state.advance(ids["TimeShift_1:11"])  # a tick short of the bar's rest
+    assert not state.allowed()[ids["NoteOn_bass:40"]]
+    state.advance(ids["TimeShift_1:00"])  # the next tick, a bar after the close
+    assert state.time == 96 + TICKS_PER_BAR and state.allowed()[ids["NoteOn_bass:40"]] and state.resting == {}
+    free = GrooveConstraintState(tok.table, hold_limit=None)
+    for token in ["Start_None", "NoteOn_bass:40"] + ["TimeShift_2:00"] * 5 + ["NoteOff_bass:40"]:
+        free.advance(ids[token])
+    assert free.allowed()[ids["NoteOn_bass:40"]]  # without a limit, nothing rests
