@@ -53,7 +53,7 @@ class Continued:
     ended: bool  # it ended (End token) before the length asked
     notes: int  # notes that start after the prompt
     long_notes: int  # of them, those held longer than LONG_BARS bars (drones)
-    restruck: int  # of them, those in a same-pitch chain without a rest lasting over LONG_BARS bars
+    restruck: int  # of them, those re-struck into a drone over LONG_BARS bars (`restruck_drones`)
     # per pitched role: onsets of the new notes (on a beat, on an off-beat eighth, elsewhere)
     onsets: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
