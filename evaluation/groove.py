@@ -27,7 +27,7 @@ from generation.own_file import new_notes
 from generation.pieces import first_bars, next_bar_time
 from generation.request import GenerationRequest
 from groove.roles import TRACKS, band_problem
-from tokenization import BaseTokenizer, TokenizationError, load_midi, midi_files
+from tokenization import BaseTokenizer, PieceNote, TokenizationError, load_midi, midi_files
 
 logger = logging.getLogger(__name__)
 REAL_LABEL = "real continuation"  # label of the rows scored by the pieces' own continuations
@@ -62,13 +62,13 @@ LONG_BARS = 2  # a note held longer than this many 4/4 bars counts as a drone
 PITCHED = tuple(role for role in TRACKS if role != "drums")  # the roles the style profiles read
 
 
-def restruck_drones(notes: Sequence[Any]) -> int:
+def restruck_drones(notes: Sequence[PieceNote]) -> int:
     """How many notes belong to a drone that is re-struck rather than held: a chain of at least two notes
     of one pitch on one track, each after a note of a bar or more and starting before or as it ends (no
     rest), lasting longer than LONG_BARS 4/4 bars. A hold limit closes a note, not the chain a sampler
     restarts at once; repeated short notes (a pumping bass) never chain, and a single long note is a
     `long_notes` drone instead."""
-    by_key: dict[tuple[str, int], list[Any]] = {}
+    by_key: dict[tuple[str, int], list[PieceNote]] = {}
     for note in notes:
         by_key.setdefault((note.track, note.pitch), []).append(note)
     count = 0
